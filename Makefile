@@ -1,0 +1,35 @@
+# Two commands on a fresh machine (see README):
+#   make app    set everything up and start the lecture app (until it exists: the CLI on the default data)
+#   make test   set everything up and run the whole test suite
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: app test lab run figures bench clean install
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Reinstall only when the project metadata changes.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --upgrade pip
+	$(BIN)/python -m pip install -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+app: $(STAMP)
+	$(BIN)/fedala-lab run --preset teach --algos fedavg,fedprox,fedala
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+run: $(STAMP)
+	$(BIN)/fedala-lab run --preset teach --algos fedavg,fedprox,fedala
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/round_time.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,44 @@
+"""fedala_lab: personalised federated learning for teaching and research.
+
+FedAvg, FedProx, FedALA (adaptive local aggregation, AAAI 2023), ALA on any method, FedLAMA, and the
+fine-tune baselines, simulated with all clients' data in memory and clients vectorised; every run
+records the trajectories the papers' figures need.
+
+    >>> from fedala_lab import RunConfig, simulate
+    >>> run = simulate(RunConfig(algo="fedala", rounds=20))
+    >>> run.summary()
+"""
+
+from .config import DataConfig, RunConfig
+from .errors import ConfigError, DataError, FedalaError, TrainingDiverged
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigError",
+    "DataConfig",
+    "DataError",
+    "FedalaError",
+    "RunConfig",
+    "TrainingDiverged",
+    "get_or_run",
+    "load_run",
+    "preset",
+    "simulate",
+]
+
+
+def __getattr__(name):  # heavy pieces (torch engine, store) load on first use
+    if name == "simulate":
+        from .engine.simulate import simulate
+
+        return simulate
+    if name in ("get_or_run", "load_run"):
+        from .record import store
+
+        return getattr(store, name)
+    if name == "preset":
+        from .presets import preset
+
+        return preset
+    raise AttributeError(name)

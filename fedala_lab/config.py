@@ -1,0 +1,363 @@
+"""Run configuration: frozen dataclasses, validated on construction.
+
+Every field says why it exists. Defaults follow the FedALA reference code (SPEC §1–2); where the project
+departs, the field that restores the reference behaviour is named in the comment.
+
+A config is a value: ``replace(cfg, lr=0.1)`` makes a new one (and validates it). ``cfg.key()`` is the
+hash that names its run folder; it covers only the fields that can change the result (for example ``mu``
+is left out of a FedAvg run, and the data ``root`` never counts).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+DATASETS = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100")
+PARTITIONS = ("iid", "pathological", "dirichlet")
+MODELS = ("auto", "fedavgcnn", "smallcnn", "mlp", "resnet18", "fasttext")
+BACKENDS = ("vectorised", "loop")
+# Algorithm names. "fedala" is "fedavg+ala" (the paper's FedALA is ALA on a FedAvg server).
+ALGORITHMS = (
+    "fedavg", "fedprox", "fedala", "fedavg+ala", "fedprox+ala",
+    "fedavg-c", "fedprox-c", "local", "fedlama", "fedlama+ala",
+)
+
+
+def default_data_root() -> str:
+    """Where torchvision datasets live unless ``root=`` says otherwise (``$FEDALA_LAB_DATA`` wins)."""
+    return os.environ.get("FEDALA_LAB_DATA", str(Path.home() / ".cache" / "fedala_lab" / "data"))
+
+
+# --------------------------------------------------------------------------------------------------
+# small validation helpers: one clear message naming the field and the allowed range
+
+
+def _check(ok: bool, name: str, value, allowed: str, hint: str = ""):
+    if not ok:
+        raise ConfigError(name, value, allowed, hint)
+
+
+def _int(name, value, lo=None, hi=None):
+    ok = isinstance(value, int) and not isinstance(value, bool)
+    rng = f"an integer{'' if lo is None else f' >= {lo}'}{'' if hi is None else f' and <= {hi}'}"
+    _check(ok and (lo is None or value >= lo) and (hi is None or value <= hi), name, value, rng)
+
+
+def _float(name, value, lo=None, hi=None, lo_open=False, hi_open=False):
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok:
+        ok = (lo is None or (value > lo if lo_open else value >= lo)) and (
+            hi is None or (value < hi if hi_open else value <= hi)
+        )
+    lo_s = "" if lo is None else f"{'>' if lo_open else '>='} {lo}"
+    hi_s = "" if hi is None else f"{'<' if hi_open else '<='} {hi}"
+    _check(ok, name, value, "a finite number " + " and ".join(s for s in (lo_s, hi_s) if s))
+
+
+def _choice(name, value, choices):
+    _check(value in choices, name, value, "one of " + ", ".join(map(str, choices)))
+
+
+def _bool(name, value):
+    _check(isinstance(value, bool), name, value, "true or false")
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Which data, and how it is split among clients (SPEC §3)."""
+
+    # "digits" (scikit-learn, offline, the default), a torchvision name, or "pfllib:<dir>" for a
+    # partition directory written by PFLlib / the FedALA repository (used as is: no re-partitioning).
+    dataset: str = "digits"
+    # iid | pathological | dirichlet (PFLlib's "pat" and "dir"). Ignored for pfllib: directories.
+    partition: str = "dirichlet"
+    num_clients: int = 20
+    # Dirichlet concentration: small = each client sees few labels (paper: 0.1).
+    beta: float = 0.1
+    # Pathological: labels per client (paper: 2 for MNIST/Cifar10, 10 for Cifar100).
+    classes_per_client: int = 2
+    # Pathological: equal shares of a class among its clients (PFLlib's balance flag) instead of random.
+    balance: bool = False
+    # Dirichlet: redraw until every client has this many samples; None = min(40, N / clients / 2) (SPEC).
+    least_samples: int | None = None
+    # Fraction of each client's samples used for training; the rest is its test split (paper: 0.75).
+    train_ratio: float = 0.75
+    # Seed of the partition itself. Kept apart from the run seed so that seeds of a table share one
+    # partition, as in the paper (PFLlib generates its data once with seed 1).
+    seed: int = 1
+    # Resize images to resize×resize (e.g. 28 puts the 8×8 digits through the paper's MNIST CNN).
+    resize: int | None = None
+    # torchvision data folder (None: $FEDALA_LAB_DATA or ~/.cache/fedala_lab/data). Never part of the key.
+    root: str | None = None
+    # Let torchvision download missing files. Off by default: nothing touches the network unasked.
+    download: bool = False
+    # Dirichlet redraws before giving up with an error (the reference loops forever). Draws are cheap
+    # (thousands per second); digits with 20 clients at β = 0.1 succeeds on ~0.13 % of draws.
+    max_tries: int = 100_000
+
+    def __post_init__(self):
+        d = self.dataset
+        _check(
+            isinstance(d, str) and (d in DATASETS or (d.startswith("pfllib:") and len(d) > 7)),
+            "dataset", d, "one of " + ", ".join(DATASETS) + " or pfllib:<directory>",
+        )
+        _choice("partition", self.partition, PARTITIONS)
+        _int("num_clients", self.num_clients, 1)
+        _float("beta", self.beta, 0, lo_open=True)
+        _int("classes_per_client", self.classes_per_client, 1)
+        _bool("balance", self.balance)
+        if self.least_samples is not None:
+            _int("least_samples", self.least_samples, 1)
+        _float("train_ratio", self.train_ratio, 0, 1, lo_open=True, hi_open=True)
+        _int("seed", self.seed, 0)
+        if self.resize is not None:
+            _int("resize", self.resize, 4, 512)
+        _bool("download", self.download)
+        _int("max_tries", self.max_tries, 1)
+
+    @property
+    def is_pfllib(self) -> bool:
+        return self.dataset.startswith("pfllib:")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One simulated federated run (one algorithm, one seed)."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    # Model name; "auto" picks FedAvgCNN for 28×28/32×32 images and the small CNN for 8×8 digits.
+    model: str = "auto"
+    algo: str = "fedala"
+    rounds: int = 50
+    # ρ: fraction of clients selected per round (⌊ρ·N⌋, at least one), drawn without replacement.
+    join_ratio: float = 1.0
+    # Local epochs E per round for selected clients.
+    local_epochs: int = 1
+    # FedLAMA counts local work in SGD steps: when set, a round is this many steps (τ0) instead of epochs.
+    local_steps: int | None = None
+    batch_size: int = 10
+    # Local learning rate (reference code default for the 4-layer CNN: 0.005).
+    lr: float = 0.005
+    # Reference: every round walks the client's (pre-shuffled) train split in the same order and drops
+    # the last partial batch (DataLoader(shuffle=False, drop_last=True)). shuffle=True reshuffles each
+    # epoch from a generator derived from (seed, round, client); drop_last=False keeps the partial batch.
+    shuffle: bool = False
+    drop_last: bool = True
+    # FedProx proximal coefficient μ (paper grid choice 0.001). μ = 0 is FedAvg.
+    mu: float = 0.001
+    # ALA (SPEC §1): η weight learning rate, s percent of the train split, p top blocks.
+    eta: float = 1.0
+    s: float = 80.0
+    p: int = 1
+    # Start-phase convergence: stop when > num_pre_loss pass losses exist and the std of the last
+    # num_pre_loss is < threshold (code default 0.1; the paper used 0.01).
+    threshold: float = 0.1
+    num_pre_loss: int = 10
+    # Cap on start-phase passes: the reference has none and can hang. Clients that hit it are reported.
+    max_start_epochs: int = 50
+    # Reference: ALA runs for every client each round (all are evaluated). False: only selected ones.
+    ala_all_clients: bool = True
+    # ALA is off (plain FedAvg initialisation) while round <= ala_after (Fig. 4 protocol: K = 155).
+    ala_after: int = 0
+    # FedAvg-C / FedProx-C: epochs of local fine-tuning of the received model before evaluation.
+    finetune_epochs: int = 1
+    # FedLAMA: base interval τ0 (steps) and interval factor φ (FedAvg is φ = 1).
+    tau0: int = 10
+    phi: int = 2
+    seed: int = 0
+    # Evaluate every k rounds (evaluation of every client is a large share of a CPU round).
+    eval_every: int = 1
+    # Reference evaluation drops each client's last partial test batch (drop_last=True); we count every
+    # test sample by default. True restores the reference.
+    eval_drop_last: bool = False
+    # Record the train-split loss of every initialised and trained local model (Fig. 5). Costs a forward
+    # pass over all train data twice per evaluated round.
+    record_train_loss: bool = True
+    # Clients whose ALA weights and learning curves are kept: "auto" = all when small, else the first 4;
+    # "all", "none", or comma-separated ids like "0,4,8".
+    track_clients: str = "auto"
+    # Clients whose flattened local models are saved at the start and end of each round (Fig. 4).
+    snapshot_clients: str = "none"
+    # Rounds from which snapshots are kept (Fig. 4 uses a late window, e.g. 140–200).
+    snapshot_from: int = 1
+    backend: str = "vectorised"
+    # "auto" = cuda, then mps, then cpu. Never part of the key.
+    device: str = "auto"
+    # Save a resumable checkpoint every k rounds (0 = never).
+    checkpoint_every: int = 10
+
+    def __post_init__(self):
+        _check(isinstance(self.data, DataConfig), "data", self.data, "a DataConfig")
+        _choice("model", self.model, MODELS)
+        _choice("algo", self.algo, ALGORITHMS)
+        _int("rounds", self.rounds, 1)
+        _float("join_ratio", self.join_ratio, 0, 1, lo_open=True)
+        _int("local_epochs", self.local_epochs, 1)
+        if self.local_steps is not None:
+            _int("local_steps", self.local_steps, 1)
+        _int("batch_size", self.batch_size, 1)
+        _float("lr", self.lr, 0, lo_open=True)
+        _bool("shuffle", self.shuffle)
+        _bool("drop_last", self.drop_last)
+        _float("mu", self.mu, 0)
+        _float("eta", self.eta, 0, lo_open=True)
+        _float("s", self.s, 0, 100, lo_open=True)
+        _int("p", self.p, 1)
+        _float("threshold", self.threshold, 0, lo_open=True)
+        _int("num_pre_loss", self.num_pre_loss, 1)
+        _int("max_start_epochs", self.max_start_epochs, 1)
+        _bool("ala_all_clients", self.ala_all_clients)
+        _int("ala_after", self.ala_after, 0)
+        _int("finetune_epochs", self.finetune_epochs, 1)
+        _int("tau0", self.tau0, 1)
+        _int("phi", self.phi, 1)
+        _int("seed", self.seed, 0)
+        _int("eval_every", self.eval_every, 1)
+        _bool("eval_drop_last", self.eval_drop_last)
+        _bool("record_train_loss", self.record_train_loss)
+        for name in ("track_clients", "snapshot_clients"):
+            v = getattr(self, name)
+            _check(isinstance(v, str) and _parse_clients(v) is not None, name, v,
+                   '"auto", "all", "none" or comma-separated client ids like "0,4"')
+        _int("snapshot_from", self.snapshot_from, 1)
+        _choice("backend", self.backend, BACKENDS)
+        _check(isinstance(self.device, str) and self.device.split(":")[0] in ("auto", "cpu", "cuda", "mps"),
+               "device", self.device, "auto, cpu, cuda, cuda:<n> or mps")
+        _int("checkpoint_every", self.checkpoint_every, 0)
+
+    # -- derived facts ----------------------------------------------------------------------------
+
+    @property
+    def uses_ala(self) -> bool:
+        return self.algo == "fedala" or self.algo.endswith("+ala")
+
+    @property
+    def uses_prox(self) -> bool:
+        return self.algo.startswith("fedprox")
+
+    @property
+    def uses_finetune(self) -> bool:
+        return self.algo.endswith("-c")
+
+    @property
+    def uses_lama(self) -> bool:
+        return self.algo.startswith("fedlama")
+
+    def clients_to(self, which: str, num_clients: int) -> list[int]:
+        """Resolve ``track_clients``/``snapshot_clients`` to client ids (validated against N)."""
+        spec = getattr(self, which)
+        ids = _parse_clients(spec)
+        if ids == "all":
+            return list(range(num_clients))
+        if ids == "auto":
+            return list(range(num_clients)) if num_clients <= 20 else list(range(4))
+        bad = [i for i in ids if i >= num_clients]
+        _check(not bad, which, spec, f"client ids below num_clients={num_clients}")
+        return list(ids)
+
+    # -- serialisation and identity ----------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunConfig:
+        """Build from a (possibly flat) dict: data fields may sit at top level or under "data"."""
+        d = dict(d)
+        data = dict(d.pop("data", {}) or {})
+        data_names = {f.name for f in fields(DataConfig)}
+        run_names = {f.name for f in fields(cls)}
+        for k in list(d):
+            if k in data_names and k not in run_names:
+                data[k] = d.pop(k)
+            elif k == "data_seed":
+                data["seed"] = d.pop(k)
+        unknown = sorted(set(d) - run_names) + sorted(set(data) - data_names)
+        if unknown:
+            raise ConfigError(unknown[0], d.get(unknown[0], data.get(unknown[0])),
+                              "a known setting; see fedala_lab.config.RunConfig")
+        return cls(data=DataConfig(**data), **d)
+
+    def replace(self, **changes) -> RunConfig:
+        """A copy with changes; data fields (``num_clients=``, ``beta=``…) are routed to ``data``."""
+        data_names = {f.name for f in fields(DataConfig)}
+        data_changes = {k: changes.pop(k) for k in list(changes) if k in data_names and k != "seed"}
+        if "data_seed" in changes:
+            data_changes["seed"] = changes.pop("data_seed")
+        data = dataclasses.replace(self.data, **data_changes) if data_changes else self.data
+        return dataclasses.replace(self, data=data, **changes)
+
+    def canonical(self) -> dict[str, Any]:
+        """The fields that can change the result, with unused hyper-parameters dropped."""
+        d = self.to_dict()
+        for k in ("device", "checkpoint_every", "track_clients", "snapshot_clients", "snapshot_from"):
+            d.pop(k)
+        for k in ("root", "download"):
+            d["data"].pop(k)
+        if not self.uses_prox:
+            d.pop("mu")
+        if not self.uses_ala:
+            for k in ("eta", "s", "p", "threshold", "num_pre_loss", "max_start_epochs",
+                      "ala_all_clients", "ala_after"):
+                d.pop(k)
+        if not self.uses_finetune:
+            d.pop("finetune_epochs")
+        if not self.uses_lama:
+            d.pop("tau0"), d.pop("phi")
+        if self.data.is_pfllib:
+            for k in ("partition", "beta", "classes_per_client", "balance", "least_samples",
+                      "train_ratio", "seed", "max_tries"):
+                d["data"].pop(k)
+        elif self.data.partition != "dirichlet":
+            for k in ("beta", "least_samples", "max_tries"):
+                d["data"].pop(k)
+        if not self.data.is_pfllib and self.data.partition != "pathological":
+            d["data"].pop("classes_per_client"), d["data"].pop("balance")
+        return d
+
+    def key(self) -> str:
+        """12 hex digits of the SHA-256 of the canonical config: same key ⇒ same result."""
+        blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    def slug(self) -> str:
+        """A readable folder prefix, e.g. ``fedala-digits-dirichlet0.1-n20-r50-s0``."""
+        ds = self.data.dataset
+        if self.data.is_pfllib:
+            ds = "pfllib-" + Path(ds[7:]).name
+        part = "" if self.data.is_pfllib else {
+            "iid": "-iid",
+            "pathological": f"-pat{self.data.classes_per_client}",
+            "dirichlet": f"-dir{self.data.beta:g}",
+        }[self.data.partition]
+        algo = self.algo.replace("+", "_")
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in ds)
+        return f"{algo}-{safe}{part}-n{self.data.num_clients}-r{self.rounds}-s{self.seed}"
+
+
+def _parse_clients(spec: str):
+    """'auto' | 'all' | 'none' | '0,4,8' → 'auto' | 'all' | tuple of ints; None if malformed."""
+    if not isinstance(spec, str):
+        return None
+    s = spec.strip().lower()
+    if s in ("auto", "all"):
+        return s
+    if s in ("none", ""):
+        return ()
+    try:
+        ids = tuple(int(t) for t in s.split(","))
+    except ValueError:
+        return None
+    return ids if all(i >= 0 for i in ids) else None

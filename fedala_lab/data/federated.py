@@ -1,0 +1,188 @@
+"""FederatedData: every client's train and test split, placed on the device once.
+
+All clients' train rows live in one tensor (``train_x``), client i owning rows
+``train_offsets[i]:train_offsets[i+1]``; the same for test. The engine indexes these tensors directly, so
+data is never re-read or copied per round (the reference re-reads npz files from disk every round).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..config import DataConfig
+from ..errors import ConfigError
+
+
+@dataclass(eq=False)
+class FederatedData:
+    name: str
+    num_classes: int
+    class_names: tuple[str, ...]
+    train_x: torch.Tensor  # (N_train, *input_shape), all clients concatenated
+    train_y: torch.Tensor  # (N_train,) int64
+    train_offsets: np.ndarray  # (num_clients + 1,)
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    test_offsets: np.ndarray
+
+    # -- construction ------------------------------------------------------------------------------
+
+    @classmethod
+    def from_arrays(cls, train, test, num_classes: int, *, name: str = "custom", class_names=None,
+                    device: str | torch.device = "cpu") -> FederatedData:
+        """Build from per-client ``[(x, y), …]`` lists (numpy or torch) for train and test."""
+        if len(train) != len(test):
+            raise ConfigError("test", f"{len(test)} clients", f"as many clients as train ({len(train)})")
+        if not train:
+            raise ConfigError("num_clients", 0, "at least 1 client")
+
+        def cat(parts, i):
+            return torch.as_tensor(np.concatenate([np.asarray(p[i]) for p in parts]))
+
+        def offsets(parts):
+            return np.concatenate([[0], np.cumsum([len(p[1]) for p in parts])]).astype(np.int64)
+
+        dev = torch.device(device)
+        return cls(
+            name=name, num_classes=int(num_classes),
+            class_names=tuple(class_names) if class_names else tuple(str(i) for i in range(num_classes)),
+            train_x=cat(train, 0).float().to(dev), train_y=cat(train, 1).long().to(dev),
+            train_offsets=offsets(train),
+            test_x=cat(test, 0).float().to(dev), test_y=cat(test, 1).long().to(dev),
+            test_offsets=offsets(test),
+        )
+
+    @classmethod
+    def from_config(cls, cfg: DataConfig, device: str | torch.device = "cpu") -> FederatedData:
+        """Load the source, partition it (unless it is a PFLlib directory) and place it on ``device``.
+
+        Results are memoised per (config, device): the app and notebooks rebuild the same data often.
+        """
+        key = (_data_key(cfg), str(device))
+        hit = _CACHE.get(key)
+        if hit is not None:
+            _CACHE.move_to_end(key)
+            return hit
+        data = _build(cfg, device)
+        _CACHE[key] = data
+        while len(_CACHE) > 4:
+            _CACHE.popitem(last=False)
+        return data
+
+    # -- facts -------------------------------------------------------------------------------------
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.train_offsets) - 1
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.train_x.shape[1:])
+
+    @property
+    def device(self) -> torch.device:
+        return self.train_x.device
+
+    @property
+    def train_sizes(self) -> np.ndarray:
+        return np.diff(self.train_offsets)
+
+    @property
+    def test_sizes(self) -> np.ndarray:
+        return np.diff(self.test_offsets)
+
+    def client_train(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        a, b = self.train_offsets[i], self.train_offsets[i + 1]
+        return self.train_x[a:b], self.train_y[a:b]
+
+    def client_test(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        a, b = self.test_offsets[i], self.test_offsets[i + 1]
+        return self.test_x[a:b], self.test_y[a:b]
+
+    def label_counts(self) -> pd.DataFrame:
+        """Tidy counts: one row per (client, split, label) with count > 0 (the Fig. 6–9 data)."""
+        rows = []
+        for split, y, off in (("train", self.train_y, self.train_offsets),
+                              ("test", self.test_y, self.test_offsets)):
+            y_np = y.cpu().numpy()
+            for c in range(self.num_clients):
+                counts = np.bincount(y_np[off[c]:off[c + 1]], minlength=self.num_classes)
+                for label in np.flatnonzero(counts):
+                    rows.append((c, split, int(label), int(counts[label])))
+        return pd.DataFrame(rows, columns=["client", "split", "label", "count"])
+
+    def summary(self) -> pd.DataFrame:
+        """One row per client: train and test sizes and number of distinct labels."""
+        counts = self.label_counts()
+        labels = counts.groupby("client")["label"].nunique()
+        return pd.DataFrame({
+            "client": np.arange(self.num_clients),
+            "train": self.train_sizes, "test": self.test_sizes,
+            "labels": labels.reindex(range(self.num_clients), fill_value=0).to_numpy(),
+        })
+
+    def to(self, device) -> FederatedData:
+        dev = torch.device(device)
+        if dev == self.device:
+            return self
+        return FederatedData(self.name, self.num_classes, self.class_names,
+                             self.train_x.to(dev), self.train_y.to(dev), self.train_offsets,
+                             self.test_x.to(dev), self.test_y.to(dev), self.test_offsets)
+
+
+_CACHE: OrderedDict[tuple, FederatedData] = OrderedDict()
+
+
+def _data_key(cfg: DataConfig) -> str:
+    import json
+
+    d = {k: v for k, v in cfg.__dict__.items() if k not in ("download",)}
+    return json.dumps(d, sort_keys=True, default=str)
+
+
+def _build(cfg: DataConfig, device) -> FederatedData:
+    if cfg.is_pfllib:
+        from .pfllib import load_pfllib
+
+        splits = load_pfllib(cfg.dataset[len("pfllib:"):])
+        train, test = splits.train, splits.test
+        if cfg.resize:
+            train = [(_resize(x, cfg.resize), y) for x, y in train]
+            test = [(_resize(x, cfg.resize), y) for x, y in test]
+        if cfg.num_clients != len(train):
+            raise ConfigError("num_clients", cfg.num_clients,
+                              f"{len(train)}, the number of clients in {cfg.dataset[7:]}")
+        return FederatedData.from_arrays(train, test, splits.num_classes, name=splits.name, device=device)
+
+    from . import partition as part
+    from .sources import load_pool
+
+    pool = load_pool(cfg.dataset, root=cfg.root, download=cfg.download, resize=cfg.resize)
+    n = len(pool.y)
+    if cfg.num_clients > n:
+        raise ConfigError("num_clients", cfg.num_clients, f"at most the {n} samples of {cfg.dataset}")
+    rng = np.random.default_rng(cfg.seed)
+    if cfg.partition == "iid":
+        parts = part.iid(pool.y, cfg.num_clients, rng)
+    elif cfg.partition == "pathological":
+        parts = part.pathological(pool.y, cfg.num_clients, cfg.classes_per_client, rng, balance=cfg.balance,
+                                  least_samples=cfg.least_samples)
+    else:
+        parts = part.dirichlet(pool.y, cfg.num_clients, cfg.beta, rng, least_samples=cfg.least_samples,
+                               max_tries=cfg.max_tries)
+    train_idx, test_idx = part.split_train_test(parts, cfg.train_ratio, rng)
+    train = [(pool.x[i], pool.y[i]) for i in train_idx]
+    test = [(pool.x[i], pool.y[i]) for i in test_idx]
+    return FederatedData.from_arrays(train, test, pool.num_classes, name=pool.name,
+                                     class_names=pool.class_names, device=device)
+
+
+def _resize(x: np.ndarray, size: int) -> np.ndarray:
+    t = torch.nn.functional.interpolate(torch.as_tensor(x), size=(size, size), mode="bilinear",
+                                        align_corners=False)
+    return t.clamp_(-1, 1).numpy()

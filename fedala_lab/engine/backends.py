@@ -1,0 +1,202 @@
+"""Two ways to run one per-client step function over many clients' batches.
+
+A *step* is a pure per-client function ``step(carry, shared, x, y, w) -> (new_carry, aux)``:
+
+- ``carry``: this client's state (a dict pytree of tensors: its parameters, BN buffers, ALA weights…);
+- ``shared``: what every client sees (the global model, hyper-parameters as tensors);
+- ``x``, ``y``: one batch of this client's rows; ``w``: 0/1 sample weights (1 for real rows), so a loss
+  is ``Σ w·ℓ / Σ w``; ``aux``: a 1-D tensor of per-step numbers (a loss…).
+
+The algorithms write steps once; a backend decides how to run them:
+
+- :class:`LoopBackend` runs a client at a time, batch after batch — the readable reference that mirrors
+  Algorithm 1 of the paper.
+- :class:`VectorisedBackend` stacks all clients' carries on a leading dimension and runs
+  ``torch.func.vmap(step)`` over the clients that still have a batch at each step. Clients are ordered by
+  their number of batches (longest first) so those are a contiguous prefix: slices, never copies
+  (PERFORMANCE.md: padding everyone to the largest client doubles the work). A shorter batch (a client's
+  partial last batch) is padded and masked by ``w`` — exact, since the loss is a weighted mean — except
+  when training a model with batch norm, whose batch statistics padded rows would change: then clients
+  whose batch has another size run in their own slice with their real batch size.
+
+Both return the carries in the caller's client order and the ``aux`` values as an (A, K, m) array
+(NaN where a client had no batch at step k). They agree to float rounding (tested to 1e-5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.func import vmap
+from torch.utils._pytree import tree_map
+
+Step = Callable[[dict, dict, torch.Tensor, torch.Tensor, torch.Tensor], tuple[dict, torch.Tensor]]
+
+
+@dataclass
+class BatchPlan:
+    """Which data rows each of A clients uses at each of its steps.
+
+    ``rows[i, k, :sizes[i, k]]`` are the row indices (into the data tensor the step reads) of client i's
+    k-th batch; ``sizes[i, k] == 0`` means client i has no k-th batch.
+    """
+
+    rows: torch.Tensor  # (A, K, B) int64 on the data's device
+    sizes: np.ndarray  # (A, K) int64
+
+    @classmethod
+    def from_batches(cls, batches: list[list[np.ndarray]], device) -> BatchPlan:
+        a = len(batches)
+        k = max((len(b) for b in batches), default=0)
+        bmax = max((len(r) for b in batches for r in b), default=1)
+        rows = np.zeros((a, k, max(bmax, 1)), dtype=np.int64)
+        sizes = np.zeros((a, k), dtype=np.int64)
+        for i, bs in enumerate(batches):
+            for j, r in enumerate(bs):
+                rows[i, j, :len(r)] = r
+                sizes[i, j] = len(r)
+        return cls(torch.as_tensor(rows, device=device), sizes)
+
+    @property
+    def num_clients(self) -> int:
+        return self.sizes.shape[0]
+
+    @property
+    def num_steps(self) -> np.ndarray:
+        """Batches per client."""
+        return (self.sizes > 0).sum(1)
+
+    def vector_order(self) -> np.ndarray:
+        """Clients by number of batches (desc), then by size of their last batch (desc)."""
+        nb = self.num_steps
+        last = self.sizes[np.arange(len(nb)), np.maximum(nb - 1, 0)] if len(nb) else nb
+        return np.lexsort((-last, -nb)) if len(nb) else nb
+
+
+def _aux_buffer(a, k, m, device):
+    return torch.full((a, k, m), float("nan"), dtype=torch.float64, device=device)
+
+
+class LoopBackend:
+    """One client at a time, one batch at a time: the reference."""
+
+    name = "loop"
+
+    def run(self, step: Step, carry: dict, shared: dict, plan: BatchPlan, x: torch.Tensor, y: torch.Tensor,
+            *, train: bool, model: torch.nn.Module, aux_size: int = 1, timings: list | None = None):
+        import time
+
+        model.train(train)
+        out = tree_map(torch.Tensor.clone, carry)
+        aux = _aux_buffer(plan.num_clients, plan.sizes.shape[1], aux_size, x.device)
+        grad_ctx = torch.enable_grad() if train else torch.no_grad()
+        with grad_ctx:
+            for i in range(plan.num_clients):
+                t0 = time.perf_counter()
+                ci = tree_map(lambda t, i=i: t[i], out)  # views: in-place buffer updates land in `out`
+                for k in range(int(plan.num_steps[i])):
+                    idx = plan.rows[i, k, : plan.sizes[i, k]]
+                    new, a = step(ci, shared, x[idx], y[idx], x.new_ones(len(idx)))
+                    if new:
+                        ci = {**ci, **new}  # a step returns only what it changed
+                    aux[i, k] = a.detach().to(aux.dtype)
+                _write_back(out, ci, slice(i, i + 1), unsqueeze=True)
+                if timings is not None:
+                    if x.device.type == "cuda":
+                        torch.cuda.synchronize(x.device)
+                    timings.append(time.perf_counter() - t0)
+        return out, aux.cpu().numpy()
+
+
+class VectorisedBackend:
+    """All clients at once: ``vmap`` over the clients that still have a batch at each step."""
+
+    name = "vectorised"
+
+    def __init__(self, chunk_clients: int | None = None):
+        # Optional cap on clients per vmap call (GPU memory); None = all at once.
+        self.chunk_clients = chunk_clients
+
+    def run(self, step: Step, carry: dict, shared: dict, plan: BatchPlan, x: torch.Tensor, y: torch.Tensor,
+            *, train: bool, model: torch.nn.Module, aux_size: int = 1, timings: list | None = None):
+        model.train(train)
+        a, k_max = plan.sizes.shape
+        order = plan.vector_order()
+        perm = torch.as_tensor(order, device=x.device)
+        c = tree_map(lambda t: t.index_select(0, perm), carry)  # a working copy in vector order
+        rows = plan.rows.index_select(0, perm)
+        sizes = plan.sizes[order]
+        aux = _aux_buffer(a, k_max, aux_size, x.device)
+        vstep = vmap(step, in_dims=(0, None, 0, 0, 0))
+        exact_sizes = train and _batch_dependent(model)
+        width = rows.shape[2]
+        mask = (torch.arange(width, device=x.device) < torch.as_tensor(sizes, device=x.device)[..., None])
+        mask = mask.to(x.dtype)  # (A, K, B)
+        grad_ctx = torch.enable_grad() if train else torch.no_grad()
+        with grad_ctx:
+            for k in range(k_max):
+                if exact_sizes:
+                    segments = _segments(sizes[:, k], self.chunk_clients)
+                else:  # every client with a batch at step k, padded to the widest batch
+                    active = int((sizes[:, k] > 0).sum())
+                    bs = int(sizes[:active, k].max()) if active else 0
+                    step_chunk = self.chunk_clients or max(active, 1)
+                    segments = [(s, min(s + step_chunk, active), bs) for s in range(0, active, step_chunk)]
+                for s, e, bs in segments:
+                    sub = tree_map(lambda t, s=s, e=e: t[s:e], c)
+                    idx = rows[s:e, k, :bs]
+                    new, out = vstep(sub, shared, x[idx], y[idx], mask[s:e, k, :bs])
+                    if new:
+                        _write_back(c, new, slice(s, e))
+                    aux[s:e, k] = out.detach().to(aux.dtype)
+        inv = torch.empty_like(perm)
+        inv[perm] = torch.arange(a, device=perm.device)
+        aux_np = aux.index_select(0, inv).cpu().numpy()
+        return tree_map(lambda t: t.index_select(0, inv), c), aux_np
+
+
+def _batch_dependent(model: torch.nn.Module) -> bool:
+    """True if a module's training output depends on the other rows of the batch (batch norm)."""
+    return any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
+
+
+def _segments(sizes_k: np.ndarray, chunk: int | None):
+    """Contiguous runs [s, e) of equal nonzero batch size in one step's column."""
+    out, s, n = [], 0, len(sizes_k)
+    while s < n:
+        if sizes_k[s] == 0:
+            s += 1
+            continue
+        e = s
+        while e < n and sizes_k[e] == sizes_k[s]:
+            e += 1
+        if chunk:
+            out.extend((i, min(i + chunk, e), int(sizes_k[s])) for i in range(s, e, chunk))
+        else:
+            out.append((s, e, int(sizes_k[s])))
+        s = e
+    return out
+
+
+def _write_back(dst: dict, src: dict, where: slice, unsqueeze: bool = False) -> None:
+    """Copy the (nested dict) carry ``src`` into rows ``where`` of ``dst``, key by key."""
+    for name, s_ in src.items():
+        d = dst[name]
+        if isinstance(s_, dict):
+            _write_back(d, s_, where, unsqueeze)
+            continue
+        tgt = d[where]
+        if tgt.data_ptr() != s_.data_ptr():  # BN buffers were already updated in place
+            tgt.copy_(s_.unsqueeze(0) if unsqueeze else s_)
+
+
+def make_backend(name: str, chunk_clients: int | None = None):
+    if name == "loop":
+        return LoopBackend()
+    return VectorisedBackend(chunk_clients)
+
+
+__all__ = ["BatchPlan", "LoopBackend", "VectorisedBackend", "make_backend"]

@@ -1,0 +1,102 @@
+"""Collects what a simulation records, round by round, and turns it into a :class:`Run`.
+
+Everything is kept as plain Python lists and CPU tensors so that a checkpoint is a ``torch.save`` of
+tensors and primitives (loadable with ``weights_only=True``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+CLIENT_COLS = ["round", "client", "selected", "test_acc", "test_loss", "test_correct", "test_num",
+               "train_loss", "init_loss", "trained_loss", "seconds"]
+ROUND_COLS = ["round", "acc", "acc_std", "test_loss", "train_loss", "init_loss", "trained_loss", "best_acc",
+              "num_selected", "bytes_up", "bytes_down", "seconds", "init_seconds", "eval_seconds",
+              "train_seconds", "aggregate_seconds"]
+ALA_COLS = ["round", "client", "epoch", "loss", "loss_mean", "start_phase", "capped"]
+
+
+class Recorder:
+    def __init__(self, tracked: list[int], snapshot: list[int], snapshot_from: int):
+        self.tracked = set(tracked)
+        self.snapshot = set(snapshot)
+        self.snapshot_from = snapshot_from
+        self.clients: dict[str, list] = {c: [] for c in CLIENT_COLS}
+        self.rounds: dict[str, list] = {c: [] for c in ROUND_COLS}
+        self.ala: dict[str, list] = {c: [] for c in ALA_COLS}
+        self.ala_w: dict[str, list[torch.Tensor]] = {}  # "client/param" -> per-round tensors
+        self.ala_w_rounds: dict[str, list[int]] = {}  # "client" -> rounds
+        self.snaps: dict[str, list[torch.Tensor]] = {}  # "start/client", "end/client"
+        self.snap_rounds: dict[str, list[int]] = {}
+        self.capped: list[int] = []
+
+    # -- per round ---------------------------------------------------------------------------------
+
+    def client_rows(self, rows: dict[str, np.ndarray]) -> None:
+        for c in CLIENT_COLS:
+            self.clients[c].extend(np.asarray(rows[c]).tolist())
+
+    def round_row(self, row: dict) -> None:
+        for c in ROUND_COLS:
+            v = row[c]
+            self.rounds[c].append(v.item() if hasattr(v, "item") else v)
+
+    def ala_pass(self, t, client, epoch, loss, loss_mean, *, start_phase, capped) -> None:
+        if client not in self.tracked:
+            return
+        for c, v in zip(ALA_COLS, (t, client, epoch, loss, loss_mean, bool(start_phase), bool(capped))):
+            self.ala[c].append(v)
+
+    def ala_weights(self, t: int, clients: np.ndarray, w: dict[str, torch.Tensor]) -> None:
+        for j, c in enumerate(clients.tolist()):
+            if c not in self.tracked:
+                continue
+            self.ala_w_rounds.setdefault(str(c), []).append(t)
+            for n, v in w.items():
+                self.ala_w.setdefault(f"{c}/{n}", []).append(v[j].detach().to("cpu", torch.float32).clone())
+
+    def snapshot_models(self, t: int, which: str, local_params: dict[str, torch.Tensor]) -> None:
+        if t < self.snapshot_from:
+            return
+        for c in sorted(self.snapshot):
+            flat = torch.cat([v[c].reshape(-1) for v in local_params.values()]).to("cpu", torch.float32)
+            self.snaps.setdefault(f"{which}/{c}", []).append(flat)
+            if which == "start":
+                self.snap_rounds.setdefault(str(c), []).append(t)
+
+    # -- output ------------------------------------------------------------------------------------
+
+    def frames(self) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+        clients = pd.DataFrame(self.clients, columns=CLIENT_COLS)
+        rounds = pd.DataFrame(self.rounds, columns=ROUND_COLS)
+        ala = pd.DataFrame(self.ala, columns=ALA_COLS)
+        for df, ints in ((clients, ["round", "client"]), (rounds, ["round"]), (ala, ["round", "client", "epoch"])):
+            for c in ints:
+                df[c] = df[c].astype("int64")
+        return clients, rounds, ala
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        for key, ws in self.ala_w.items():
+            out[f"ala_w/{key}"] = torch.stack(ws).numpy()
+        for c, rs in self.ala_w_rounds.items():
+            out[f"ala_w_rounds/{c}"] = np.asarray(rs, dtype=np.int64)
+        for key, ss in self.snaps.items():
+            which, c = key.split("/")
+            out[f"snap_{which}/{c}"] = torch.stack(ss).numpy()
+        for c, rs in self.snap_rounds.items():
+            out[f"snap_rounds/{c}"] = np.asarray(rs, dtype=np.int64)
+        return out
+
+    # -- checkpoints -------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        return {"clients": self.clients, "rounds": self.rounds, "ala": self.ala, "ala_w": self.ala_w,
+                "ala_w_rounds": self.ala_w_rounds, "snaps": self.snaps, "snap_rounds": self.snap_rounds,
+                "capped": self.capped}
+
+    def load_state_dict(self, d: dict) -> None:
+        for k, v in d.items():
+            setattr(self, k, v)

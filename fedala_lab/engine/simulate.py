@@ -1,0 +1,481 @@
+"""The one round loop every algorithm runs on.
+
+    run = simulate(RunConfig(algo="fedala", rounds=50))
+
+Per round t (SPEC §2, the loop the FedALA paper evaluates):
+
+1. select ⌊ρ·N⌋ clients without replacement (generator from (seed, t));
+2. every client initialises its local model from the global one (``algo.initialise``: FedAvg copies G,
+   FedALA runs ALA);
+3. every client's model is evaluated on its own test split *before* local training (pooled accuracy
+   Σ correct / Σ n_test; ``eval_every`` thins this out);
+4. each selected client trains E epochs of plain SGD from its initialised model;
+5. the server aggregates the selected clients' models (``algo.aggregate``).
+
+All clients' parameters live stacked on a leading client dimension (``local_params[name]`` is
+(N, *shape)); the backend (loop or vectorised) runs per-client steps over them. Every random draw comes
+from a generator derived from (seed, round, client, purpose), so a run is deterministic on CPU and a
+resumed run equals an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..algorithms.base import build_algorithm
+from ..config import RunConfig
+from ..data.federated import FederatedData
+from ..errors import ConfigError, RunCancelled, TrainingDiverged
+from ..models import build_model, num_blocks
+from ..record.run import Run
+from . import rng
+from .backends import BatchPlan, make_backend
+from .recorder import Recorder
+from .steps import make_eval_step, make_sgd_step
+
+EVAL_CHUNK = 256  # rows per client per evaluation step (memory, not results, depends on it)
+CHECKPOINT_FORMAT = 1
+
+
+def resolve_device(name: str) -> torch.device:
+    """"auto" → cuda, then mps, then cpu; anything else must be available."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device", name, "a device this machine has (no CUDA GPU found); use auto or cpu")
+    if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ConfigError("device", name, "a device this machine has (no Apple MPS found); use auto or cpu")
+    return dev
+
+
+class Simulation:
+    """State and shared services of one run; ``run()`` is the round loop."""
+
+    def __init__(self, cfg: RunConfig, data: FederatedData | None = None, *, chunk_clients: int | None = None):
+        self.cfg = cfg
+        self.device = resolve_device(cfg.device)
+        self.data = (data or FederatedData.from_config(cfg.data, self.device)).to(self.device)
+        if self.data.num_clients != cfg.data.num_clients:
+            raise ConfigError("num_clients", cfg.data.num_clients,
+                              f"{self.data.num_clients}, the number of clients in the data given")
+        self.model = build_model(cfg.model, self.data.input_shape, self.data.num_classes,
+                                 seed=rng.torch_seed(cfg.seed, 0, rng.SERVER, rng.MODEL_INIT)).to(self.device)
+        for p in self.model.parameters():
+            p.requires_grad_(False)  # the engine passes its own tensors to functional_call
+        if cfg.uses_ala and not 1 <= cfg.p <= num_blocks(self.model):
+            from ..models import top_block_start
+
+            top_block_start(self.model, cfg.p)  # raises the ConfigError naming p and the blocks
+        self.backend = make_backend(cfg.backend, chunk_clients)
+        self.algo = build_algorithm(cfg)
+        self.dtype = next(self.model.parameters()).dtype
+
+        n = self.num_clients
+        self.param_names = [k for k, _ in self.model.named_parameters()]
+        self.global_params = {k: v.detach().clone() for k, v in self.model.named_parameters()}
+        self.local_params = {k: v.unsqueeze(0).repeat(n, *[1] * v.dim()) for k, v in self.global_params.items()}
+        self.local_buffers = {k: v.detach().unsqueeze(0).repeat(n, *[1] * v.dim()).clone()
+                              for k, v in self.model.named_buffers()}
+        self._bytes = {k: v.numel() * v.element_size() for k, v in self.global_params.items()}
+        self.algo_state: dict[str, torch.Tensor] = {}
+        self.sgd_step = make_sgd_step(self.model, cfg.lr, self.algo.grad_term)
+        self.eval_step = make_eval_step(self.model)
+        self.round = 0
+        self.seconds = 0.0
+        self.recorder = Recorder(cfg.clients_to("track_clients", n), cfg.clients_to("snapshot_clients", n),
+                                 cfg.snapshot_from)
+        self._plans: dict = {}
+        if self.algo.setup:
+            self.algo.setup(self)
+
+    # -- facts the algorithms use ------------------------------------------------------------------
+
+    @property
+    def num_clients(self) -> int:
+        return self.data.num_clients
+
+    @property
+    def train_sizes(self) -> np.ndarray:
+        return self.data.train_sizes
+
+    @property
+    def train_offsets(self) -> np.ndarray:
+        return self.data.train_offsets
+
+    def param_bytes(self, names) -> int:
+        return sum(self._bytes[n] for n in names)
+
+    # -- services ----------------------------------------------------------------------------------
+
+    def run_steps(self, step, carry, shared, plan, x, y, *, train: bool, aux_size: int = 1, timings=None):
+        return self.backend.run(step, carry, shared, plan, x, y, train=train, model=self.model,
+                                aux_size=aux_size, timings=timings)
+
+    def plan_from(self, batches: list[list[np.ndarray]]) -> BatchPlan:
+        return BatchPlan.from_batches(batches, self.device)
+
+    def gather(self, clients: torch.Tensor, params: dict | None = None, buffers: dict | None = None) -> dict:
+        """A working copy of these clients' models: {"params": {…}, "buffers": {…}} with (A, …) tensors."""
+        params = self.local_params if params is None else params
+        buffers = self.local_buffers if buffers is None else buffers
+        return {"params": {k: v[clients] for k, v in params.items()},
+                "buffers": {k: v[clients] for k, v in buffers.items()}}
+
+    def train_plan(self, t: int, clients: torch.Tensor, *, epochs: int | None = None,
+                   steps: int | None = None, stream: int = rng.TRAIN_ORDER) -> BatchPlan:
+        """Local SGD batches: ``epochs`` passes over each client's train split, or exactly ``steps`` batches.
+
+        Reference order by default: the split in its stored order every time, last partial batch dropped.
+        """
+        cfg = self.cfg
+        ids = tuple(clients.cpu().tolist())
+        key = (ids, epochs, steps, stream)
+        if not cfg.shuffle and key in self._plans:
+            return self._plans[key]
+        b = cfg.batch_size
+        batches = []
+        for c in ids:
+            n, off = int(self.train_sizes[c]), int(self.train_offsets[c])
+            seq: list[np.ndarray] = []
+            per_epoch = n // b if cfg.drop_last else -(-n // b)
+            if per_epoch == 0:
+                batches.append(seq)
+                continue
+            epoch = 0
+            while (steps is None and epoch < epochs) or (steps is not None and len(seq) < steps):
+                order = (rng.generator(cfg.seed, t, c, stream, epoch).permutation(n) if cfg.shuffle
+                         else np.arange(n))
+                for j in range(per_epoch):
+                    seq.append(off + order[j * b:(j + 1) * b])
+                    if steps is not None and len(seq) == steps:
+                        break
+                epoch += 1
+            batches.append(seq)
+        plan = self.plan_from(batches)
+        if not cfg.shuffle:
+            self._plans[key] = plan
+        return plan
+
+    def eval_plan(self, split: str) -> BatchPlan:
+        key = ("eval", split)
+        if key not in self._plans:
+            sizes = self.data.train_sizes if split == "train" else self.data.test_sizes
+            offs = self.data.train_offsets if split == "train" else self.data.test_offsets
+            b = self.cfg.batch_size
+            batches = []
+            for c in range(self.num_clients):
+                n = int(sizes[c])
+                if self.cfg.eval_drop_last and split == "test":
+                    n = n // b * b  # the reference's DataLoader(drop_last=True) on the test split
+                batches.append([offs[c] + np.arange(j, min(j + EVAL_CHUNK, n)) for j in range(0, n, EVAL_CHUNK)])
+            self._plans[key] = self.plan_from(batches)
+        return self._plans[key]
+
+    def evaluate(self, params: dict, buffers: dict, split: str, clients=None) -> dict[str, np.ndarray]:
+        """Sum of losses, number correct and number of samples per client on its ``split``."""
+        x, y = (self.data.train_x, self.data.train_y) if split == "train" else (self.data.test_x, self.data.test_y)
+        plan = self.eval_plan(split)
+        carry = {"params": params, "buffers": buffers}
+        if clients is not None:
+            carry = {"params": {k: v[clients] for k, v in params.items()},
+                     "buffers": {k: v[clients] for k, v in buffers.items()}}
+            idx = clients.cpu().numpy()
+            plan = BatchPlan(plan.rows.index_select(0, clients.to(plan.rows.device)), plan.sizes[idx])
+        _, aux = self.run_steps(self.eval_step, carry, {}, plan, x, y, train=False, aux_size=2)
+        return {"loss_sum": np.nansum(aux[..., 0], 1), "correct": np.nansum(aux[..., 1], 1),
+                "num": plan.sizes.sum(1)}
+
+    def features(self, params: dict, x: torch.Tensor, stop: int, chunk: int = 1024) -> torch.Tensor:
+        """Output of blocks [0, stop) of the model with ``params`` (no grad), computed in chunks."""
+        from torch.func import functional_call
+
+        buffers = dict(self.model.named_buffers())
+        self.model.eval()
+        with torch.no_grad():
+            outs = [functional_call(self.model, (params, buffers), (x[i:i + chunk],), {"stop": stop})
+                    for i in range(0, len(x), chunk)]
+        if not outs:
+            return x.new_zeros((0,))
+        return torch.cat(outs)
+
+    def note_capped(self, t: int, clients: list[int]) -> None:
+        import warnings
+
+        new = [c for c in clients if c not in self.recorder.capped]
+        self.recorder.capped.extend(new)
+        if new:
+            warnings.warn(f"round {t}: ALA start phase of client(s) {new} hit max_start_epochs="
+                          f"{self.cfg.max_start_epochs} without converging (threshold={self.cfg.threshold}); "
+                          "they continue with the weights learned so far", stacklevel=2)
+
+    # -- the round loop ----------------------------------------------------------------------------
+
+    def select(self, t: int) -> torch.Tensor:
+        n = self.num_clients
+        k = max(1, int(self.cfg.join_ratio * n))
+        ids = np.arange(n) if k == n else np.sort(
+            rng.generator(self.cfg.seed, t, rng.SERVER, rng.SELECT).choice(n, size=k, replace=False))
+        return torch.as_tensor(ids, device=self.device)
+
+    def run(self, *, progress: bool = True, callback: Callable | None = None,
+            checkpoint: str | Path | None = None) -> Run:
+        """Run rounds ``self.round + 1 … cfg.rounds`` and return the recorded :class:`Run`.
+
+        ``callback(sim, row)`` is called after each round with the round's summary row; returning
+        ``False`` stops the run (a checkpoint is written first when ``checkpoint`` is given) by raising
+        :class:`RunCancelled`.
+        """
+        from tqdm.auto import tqdm
+
+        cfg = self.cfg
+        bar = tqdm(total=cfg.rounds, initial=self.round, desc=cfg.algo, unit="round", disable=not progress,
+                   leave=False, dynamic_ncols=True)
+        try:
+            for t in range(self.round + 1, cfg.rounds + 1):
+                row = self.run_round(t)
+                self.round = t
+                if not math.isnan(row["acc"]):
+                    bar.set_postfix(acc=f"{100 * row['acc']:.2f}%", best=f"{100 * row['best_acc']:.2f}%")
+                bar.update(1)
+                if checkpoint and cfg.checkpoint_every and t % cfg.checkpoint_every == 0 and t < cfg.rounds:
+                    self.save_checkpoint(checkpoint)
+                if callback is not None and callback(self, row) is False:
+                    if checkpoint:
+                        self.save_checkpoint(checkpoint)
+                    raise RunCancelled(f"run stopped after round {t} of {cfg.rounds}")
+        finally:
+            bar.close()
+        return self.to_run()
+
+    def run_round(self, t: int) -> dict:
+        cfg, algo, rec = self.cfg, self.algo, self.recorder
+        n = self.num_clients
+        t_start = time.perf_counter()
+        selected = self.select(t)
+        sel_mask = np.zeros(n, dtype=bool)
+        sel_mask[selected.cpu().numpy()] = True
+        everyone = torch.arange(n, device=self.device)
+
+        # 2. local initialisation
+        tic = time.perf_counter()
+        init_clients = selected if (cfg.uses_ala and not cfg.ala_all_clients) else everyone
+        bytes_down = algo.initialise(self, t, init_clients)
+        rec.snapshot_models(t, "start", self.local_params)
+        t_init = time.perf_counter() - tic
+
+        # 3. evaluation before local training
+        tic = time.perf_counter()
+        evaluated = (t - 1) % cfg.eval_every == 0 or t == cfg.rounds
+        nan = np.full(n, np.nan)
+        test, init_loss = None, nan
+        if evaluated:
+            params, buffers = algo.personalise(self, t) if algo.personalise else (self.local_params,
+                                                                                  self.local_buffers)
+            test = self.evaluate(params, buffers, "test")
+            if cfg.record_train_loss:
+                tr = self.evaluate(self.local_params, self.local_buffers, "train")
+                init_loss = tr["loss_sum"] / np.maximum(tr["num"], 1)
+        t_eval = time.perf_counter() - tic
+
+        # 4. local training of the selected clients
+        tic = time.perf_counter()
+        plan = self.train_plan(t, selected, epochs=None if cfg.local_steps else cfg.local_epochs,
+                               steps=cfg.local_steps)
+        timings = [] if self.backend.name == "loop" else None
+        trained, aux = self.run_steps(self.sgd_step, self.gather(selected), {"global": self.global_params}, plan,
+                                      self.data.train_x, self.data.train_y, train=True, timings=timings)
+        for k, v in trained["params"].items():
+            self.local_params[k][selected] = v
+        for k, v in trained["buffers"].items():
+            self.local_buffers[k][selected] = v
+        valid = plan.sizes > 0  # aux is NaN where a client had no batch; a NaN loss elsewhere is divergence
+        losses = np.where(valid, aux[..., 0], 0.0)
+        steps = valid.sum(1)
+        with np.errstate(all="ignore"):
+            sel_train_loss = np.where(steps > 0, losses.sum(1) / np.maximum(steps, 1), np.nan)
+        diverged = ~np.isfinite(losses).all(1)
+        train_loss = nan.copy()
+        train_loss[sel_mask] = sel_train_loss
+        seconds = nan.copy()
+        if timings is not None:
+            seconds[sel_mask] = timings
+        t_train = time.perf_counter() - tic
+
+        trained_loss = nan.copy()
+        if evaluated and cfg.record_train_loss:
+            tr = self.evaluate(self.local_params, self.local_buffers, "train", clients=selected)
+            trained_loss[sel_mask] = tr["loss_sum"] / np.maximum(tr["num"], 1)
+        rec.snapshot_models(t, "end", self.local_params)
+
+        if diverged.any():
+            self._diverged(t, selected.cpu().numpy()[diverged])
+
+        # 5. server aggregation
+        tic = time.perf_counter()
+        bytes_up = algo.aggregate(self, t, selected)
+        t_agg = time.perf_counter() - tic
+        seconds_round = time.perf_counter() - t_start
+        self.seconds += seconds_round
+
+        # record
+        if test is not None:
+            acc_c = test["correct"] / np.maximum(test["num"], 1)
+            rec.client_rows({
+                "round": np.full(n, t), "client": np.arange(n), "selected": sel_mask,
+                "test_acc": acc_c, "test_loss": test["loss_sum"] / np.maximum(test["num"], 1),
+                "test_correct": test["correct"].astype(np.int64), "test_num": test["num"].astype(np.int64),
+                "train_loss": train_loss, "init_loss": init_loss, "trained_loss": trained_loss, "seconds": seconds,
+            })
+            acc = float(test["correct"].sum() / max(test["num"].sum(), 1))
+            acc_std = float(np.std(acc_c))
+            test_loss = float(test["loss_sum"].sum() / max(test["num"].sum(), 1))
+        else:
+            acc = acc_std = test_loss = float("nan")
+        prev_best = [b for b in rec.rounds["best_acc"] if not math.isnan(b)]
+        best = max([acc, *prev_best]) if not math.isnan(acc) else (prev_best[-1] if prev_best else math.nan)
+        w_all, w_sel = self.train_sizes, self.train_sizes[sel_mask]
+        row = {
+            "round": t, "acc": acc, "acc_std": acc_std, "test_loss": test_loss,
+            "train_loss": float(np.nansum(sel_train_loss * w_sel) / max(w_sel.sum(), 1)),
+            "init_loss": float(np.sum(init_loss * w_all) / w_all.sum()) if evaluated and cfg.record_train_loss
+            else float("nan"),
+            "trained_loss": float(np.nansum(trained_loss[sel_mask] * w_sel) / max(w_sel.sum(), 1))
+            if evaluated and cfg.record_train_loss else float("nan"),
+            "best_acc": best, "num_selected": int(sel_mask.sum()),
+            "bytes_up": int(bytes_up), "bytes_down": int(bytes_down), "seconds": seconds_round,
+            "init_seconds": t_init, "eval_seconds": t_eval, "train_seconds": t_train, "aggregate_seconds": t_agg,
+        }
+        rec.round_row(row)
+        return row
+
+    def _diverged(self, t: int, bad: np.ndarray) -> None:
+        self.round = t - 1
+        run = self.to_run(status="diverged")
+        msg = (f"training diverged in round {t}: the loss of client(s) {bad.tolist()[:5]} became NaN or "
+               f"infinite. The learning rate lr={self.cfg.lr} is most likely too large for this model and "
+               f"batch size {self.cfg.batch_size}; try a smaller lr")
+        if self.cfg.uses_prox and self.cfg.mu * self.cfg.lr >= 1:
+            msg += f" (also mu*lr={self.cfg.mu * self.cfg.lr:g} >= 1 makes the proximal step unstable)"
+        run.message = msg
+        raise TrainingDiverged(msg, run)
+
+    # -- output and checkpoints --------------------------------------------------------------------
+
+    def to_run(self, status: str = "complete") -> Run:
+        clients, rounds, ala = self.recorder.frames()
+        meta = {
+            "env": environment(self.device),
+            "param_names": self.param_names,
+            "param_shapes": {k: list(v.shape[1:]) for k, v in self.local_params.items()},
+            "ala_params": list(self.ala.names) if hasattr(self, "ala") else [],
+            "capped_clients": list(self.recorder.capped),
+            "seconds": self.seconds,
+            "model_bytes": self.param_bytes(self.param_names),
+            "train_sizes": self.train_sizes.tolist(),
+            "test_sizes": self.data.test_sizes.tolist(),
+            "tracked_clients": sorted(self.recorder.tracked),
+        }
+        if status == "complete" and self.round < self.cfg.rounds:
+            status = "partial"
+        return Run(config=self.cfg, clients=clients, rounds=rounds, ala=ala, arrays=self.recorder.arrays(),
+                   meta=meta, status=status)
+
+    def state_dict(self) -> dict:
+        return {
+            "format": CHECKPOINT_FORMAT, "key": self.cfg.key(), "round": self.round, "seconds": self.seconds,
+            "global": self.global_params, "local": self.local_params, "buffers": self.local_buffers,
+            "algo_state": self.algo_state, "recorder": self.recorder.state_dict(),
+        }
+
+    def load_state_dict(self, d: dict) -> None:
+        if d.get("format") != CHECKPOINT_FORMAT or d.get("key") != self.cfg.key():
+            raise ValueError("checkpoint belongs to another config or format")
+        dev = self.device
+        self.round, self.seconds = int(d["round"]), float(d["seconds"])
+        self.global_params = {k: v.to(dev) for k, v in d["global"].items()}
+        self.local_params = {k: v.to(dev) for k, v in d["local"].items()}
+        self.local_buffers = {k: v.to(dev) for k, v in d["buffers"].items()}
+        self.algo_state = {k: v.to(dev) for k, v in d["algo_state"].items()}
+        self.recorder.load_state_dict(d["recorder"])
+
+    def save_checkpoint(self, path: str | Path) -> None:
+        """Write atomically: a temporary file in the same folder, then ``os.replace``."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        torch.save(self.state_dict(), tmp)
+        os.replace(tmp, path)
+
+    def load_checkpoint(self, path: str | Path) -> bool:
+        """Restore from ``path`` if it holds a checkpoint of this config; False if absent or foreign."""
+        path = Path(path)
+        if not path.is_file():
+            return False
+        try:
+            d = torch.load(path, map_location="cpu", weights_only=True)
+            self.load_state_dict(d)
+        except Exception:  # noqa: BLE001 - a torn or foreign file is ignored, never trusted
+            return False
+        return True
+
+
+def simulate(cfg: RunConfig, data: FederatedData | None = None, *, progress: bool = True,
+             callback: Callable | None = None, checkpoint: str | Path | None = None,
+             resume: bool = True) -> Run:
+    """Run one configured simulation and return its recorded :class:`Run` (not saved; see the store).
+
+    With ``checkpoint``, state is saved there every ``cfg.checkpoint_every`` rounds and, if ``resume``,
+    a checkpoint found there is continued — giving the same result as an uninterrupted run.
+    """
+    sim = Simulation(cfg, data)
+    if checkpoint and resume:
+        sim.load_checkpoint(checkpoint)
+    return sim.run(progress=progress, callback=callback, checkpoint=checkpoint)
+
+
+_ENV_CACHE: dict = {}
+
+
+def environment(device: torch.device) -> dict:
+    """Versions, device, git commit: enough to say where a number came from."""
+    if "base" not in _ENV_CACHE:
+        import sys
+
+        import numpy
+        import pandas
+
+        from .. import __version__
+
+        commit = None
+        try:
+            here = Path(__file__).resolve().parent
+            commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
+                                    timeout=5, check=False).stdout.strip() or None
+        except (OSError, subprocess.SubprocessError):
+            pass
+        _ENV_CACHE["base"] = {
+            "fedala_lab": __version__, "python": sys.version.split()[0], "torch": torch.__version__,
+            "numpy": numpy.__version__, "pandas": pandas.__version__, "platform": platform.platform(),
+            "git_commit": commit, "torch_threads": torch.get_num_threads(),
+        }
+    env = dict(_ENV_CACHE["base"])
+    env["device"] = str(device)
+    if device.type == "cuda":
+        env["device_name"] = torch.cuda.get_device_name(device)
+    else:
+        env["device_name"] = platform.processor() or platform.machine()
+    return env

@@ -1,0 +1,41 @@
+"""Errors that fedala_lab raises on purpose.
+
+Every error a user can cause by a bad value or a bad file is a ``FedalaError`` whose message names the
+value and what is allowed. The CLI prints ``str(err)`` on one line and exits with code 2; the app shows
+it in a ``gr.Error``. Anything else escaping the library is a bug.
+"""
+
+from __future__ import annotations
+
+
+class FedalaError(Exception):
+    """Base class of the errors fedala_lab raises on purpose (bad input, bad files, diverged runs)."""
+
+
+class ConfigError(FedalaError, ValueError):
+    """A configuration value is out of range or unknown. ``field`` names it."""
+
+    def __init__(self, field: str, value, allowed: str, hint: str = ""):
+        self.field, self.value, self.allowed = field, value, allowed
+        msg = f"{field}={value!r} is not allowed: {allowed}"
+        super().__init__(msg + (f" ({hint})" if hint else ""))
+
+
+class DataError(FedalaError, ValueError):
+    """Data files are missing, corrupt or unsafe, or a partition request cannot be met."""
+
+
+class UnsafeFileError(DataError):
+    """A file asked us to unpickle something other than plain numpy arrays."""
+
+
+class TrainingDiverged(FedalaError, RuntimeError):
+    """A loss became NaN or infinite. ``run`` holds what was recorded up to that point."""
+
+    def __init__(self, message: str, run=None):
+        super().__init__(message)
+        self.run = run
+
+
+class RunCancelled(FedalaError):
+    """A run was stopped by its caller (the app's Stop button). Its last checkpoint can be resumed."""

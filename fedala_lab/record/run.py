@@ -1,0 +1,177 @@
+"""Run: everything a simulation recorded, as tidy tables and plain arrays.
+
+Tables (pandas, saved as CSV):
+
+- ``clients``: one row per (round, client) that was evaluated: ``test_acc``, ``test_loss``, ``test_correct``,
+  ``test_num`` (the client's current model *before* local training, as the paper evaluates), ``train_loss``
+  (mean loss of its local training batches), ``init_loss`` / ``trained_loss`` (loss over its whole train split
+  of the initialised and of the trained local model, Fig. 5), ``selected``, ``seconds`` (loop backend only).
+- ``rounds``: one row per round: pooled ``acc`` (Σ correct / Σ test samples), ``acc_std`` (unweighted std of
+  per-client accuracies), ``test_loss``, ``init_loss``, ``trained_loss`` (sample-weighted), ``best_acc`` so far,
+  ``bytes_up``, ``bytes_down``, seconds per phase.
+- ``ala``: one row per ALA weight-learning pass of a tracked client (Fig. 3): ``round``, ``client``, ``epoch``,
+  ``loss`` (last batch, the reference's convergence signal), ``loss_mean`` (mean over the pass),
+  ``start_phase``, ``capped`` (the start phase hit ``max_start_epochs`` without converging).
+
+Arrays (npz, loaded with ``allow_pickle=False``):
+
+- ``ala_w/<client>/<param>``: (recorded rounds, *param shape) ALA weights W after learning (Fig. 2), with
+  ``ala_w_rounds/<client>``.
+- ``snap_start/<client>``, ``snap_end/<client>``: (rounds, n_params) flattened local models after
+  initialisation and after training (Fig. 4), with ``snap_rounds/<client>``.
+
+Accuracies are fractions in [0, 1]; displays and the CLI show percent.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..config import RunConfig
+
+FORMAT_VERSION = 1
+# pandas < 3 needs asking for exact float parsing; pandas 3 does it by default (and deprecates the flag)
+_ROUND_TRIP = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
+
+
+@dataclass(eq=False)
+class Run:
+    config: RunConfig
+    clients: pd.DataFrame
+    rounds: pd.DataFrame
+    ala: pd.DataFrame
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)  # env, param names/shapes, capped clients, timings
+    status: str = "complete"  # complete | diverged | partial
+    message: str = ""
+    path: Path | None = None
+
+    # -- headline numbers -------------------------------------------------------------------------
+
+    @property
+    def algo(self) -> str:
+        return self.config.algo
+
+    @property
+    def acc(self) -> pd.Series:
+        """Pooled test accuracy per evaluated round (fraction), indexed by round."""
+        r = self.rounds.dropna(subset=["acc"])
+        return pd.Series(r["acc"].to_numpy(), index=r["round"].to_numpy(), name=self.algo)
+
+    @property
+    def best_acc(self) -> float:
+        return float(self.acc.max()) if len(self.acc) else float("nan")
+
+    @property
+    def final_acc(self) -> float:
+        return float(self.acc.iloc[-1]) if len(self.acc) else float("nan")
+
+    @property
+    def capped_clients(self) -> list[int]:
+        """Clients whose ALA start phase hit ``max_start_epochs`` without converging."""
+        return list(self.meta.get("capped_clients", []))
+
+    def summary(self) -> dict:
+        """Best and final pooled accuracy (percent), rounds, simulation seconds, bytes each way."""
+        acc = self.acc
+        return {
+            "algo": self.algo,
+            "best_acc": round(100 * self.best_acc, 4),
+            "best_round": int(acc.idxmax()) if len(acc) else None,
+            "final_acc": round(100 * self.final_acc, 4),
+            "rounds": int(self.rounds["round"].max()) if len(self.rounds) else 0,
+            "seconds": round(float(self.meta.get("seconds", self.rounds["seconds"].sum())), 3),
+            "bytes_up": int(self.rounds["bytes_up"].sum()),
+            "bytes_down": int(self.rounds["bytes_down"].sum()),
+            "capped_clients": self.capped_clients,
+            "status": self.status,
+        }
+
+    # -- recorded trajectories ---------------------------------------------------------------------
+
+    def ala_weights(self, client: int, round_: int | None = None) -> tuple[int, dict[str, np.ndarray]]:
+        """ALA weights W of ``client`` after learning in ``round_`` (latest recorded ≤ round_ if None/absent).
+
+        Returns (round, {param name: array}). Raises KeyError if the client was not tracked.
+        """
+        key = f"ala_w_rounds/{client}"
+        if key not in self.arrays:
+            raise KeyError(f"no ALA weights recorded for client {client} (tracked: {self.tracked_clients()})")
+        rounds = self.arrays[key]
+        if round_ is None:
+            i = len(rounds) - 1
+        else:
+            i = int(np.searchsorted(rounds, round_, side="right")) - 1
+            if i < 0:
+                raise KeyError(f"client {client} has no ALA weights at or before round {round_} "
+                               f"(first: {int(rounds[0])})")
+        names = self.meta["ala_params"]
+        return int(rounds[i]), {n: self.arrays[f"ala_w/{client}/{n}"][i] for n in names}
+
+    def tracked_clients(self) -> list[int]:
+        return sorted(int(k.split("/")[1]) for k in self.arrays if k.startswith("ala_w_rounds/"))
+
+    def snapshots(self, client: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(rounds, start (R, P), end (R, P)): flattened local models of ``client`` per round (Fig. 4)."""
+        key = f"snap_rounds/{client}"
+        if key not in self.arrays:
+            have = sorted(int(k.split("/")[1]) for k in self.arrays if k.startswith("snap_rounds/"))
+            raise KeyError(f"no parameter snapshots for client {client} (snapshot clients: {have}); "
+                           "set snapshot_clients in the config")
+        return self.arrays[key], self.arrays[f"snap_start/{client}"], self.arrays[f"snap_end/{client}"]
+
+    # -- persistence -------------------------------------------------------------------------------
+
+    def save(self, directory: str | Path) -> Path:
+        """Write the run into ``directory`` (which must exist and be empty); ``manifest.json`` goes last."""
+        d = Path(directory)
+        (d / "config.json").write_text(json.dumps(self.config.to_dict(), indent=2, sort_keys=True))
+        self.clients.to_csv(d / "clients.csv", index=False)
+        self.rounds.to_csv(d / "rounds.csv", index=False)
+        self.ala.to_csv(d / "ala.csv", index=False)
+        np.savez(d / "arrays.npz", **self.arrays)
+        (d / "meta.json").write_text(json.dumps(self.meta, indent=2, sort_keys=True, default=str))
+        manifest = {
+            "format": FORMAT_VERSION, "key": self.config.key(), "status": self.status,
+            "message": self.message, "summary": self.summary(),
+            "files": ["config.json", "clients.csv", "rounds.csv", "ala.csv", "arrays.npz", "meta.json"],
+        }
+        (d / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
+        return d
+
+    @classmethod
+    def load(cls, directory: str | Path) -> Run:
+        """Load a finished run folder. A folder without ``manifest.json`` is not a finished run."""
+        from ..errors import DataError
+
+        d = Path(directory)
+        man = d / "manifest.json"
+        if not man.is_file():
+            raise DataError(f"{d} is not a finished run (no manifest.json): it may still be running or "
+                            "was interrupted; resume it with get_or_run(config)")
+        manifest = json.loads(man.read_text())
+        cfg = RunConfig.from_dict(json.loads((d / "config.json").read_text()))
+
+        def csv(name):
+            return pd.read_csv(d / name, **_ROUND_TRIP)
+
+        with np.load(d / "arrays.npz", allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        return cls(config=cfg, clients=csv("clients.csv"), rounds=csv("rounds.csv"), ala=csv("ala.csv"),
+                   arrays=arrays, meta=json.loads((d / "meta.json").read_text()),
+                   status=manifest.get("status", "complete"), message=manifest.get("message", ""), path=d)
+
+    def __repr__(self) -> str:
+        s = self.summary()
+        return (f"Run({s['algo']}, rounds={s['rounds']}, best={s['best_acc']:.2f}%, "
+                f"final={s['final_acc']:.2f}%, status={self.status}, path={self.path})")
+
+
+def load_run(path: str | Path) -> Run:
+    """Load a run folder written by the store (or ``Run.save``)."""
+    return Run.load(path)

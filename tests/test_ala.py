@@ -1,0 +1,193 @@
+"""ALA ≡ a direct transcription of Eq. 4–5 and of the reference procedure (SPEC §1)."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import small_cfg
+
+from fedala_lab.algorithms.ala import blend, make_ala_step
+from fedala_lab.engine.rng import ALA_WINDOW, generator
+from fedala_lab.engine.simulate import Simulation
+from fedala_lab.models import BlockNet
+
+
+def tiny_model():
+    torch.manual_seed(0)
+    return BlockNet({"fc1": torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU()),
+                     "fc": torch.nn.Linear(4, 2)})
+
+
+def test_one_ala_step_is_eq_4_and_5_by_hand():
+    model = tiny_model()
+    g = {n: p.detach().clone() for n, p in model.named_parameters()}
+    torch.manual_seed(1)
+    loc = {n: p + 0.3 * torch.randn_like(p) for n, p in g.items()}
+    w = {n: torch.rand_like(g[n]) for n in ("fc.weight", "fc.bias")}
+    x, y, eta = torch.randn(5, 3), torch.tensor([0, 1, 1, 0, 1]), 0.7
+
+    # by hand: Θ̂_high = L + (G − L) ⊙ W; the lower layer is G's; ∂ℓ/∂W = ∂ℓ/∂Θ̂ ⊙ (G − L)
+    th_w = (loc["fc.weight"] + (g["fc.weight"] - loc["fc.weight"]) * w["fc.weight"]).requires_grad_()
+    th_b = (loc["fc.bias"] + (g["fc.bias"] - loc["fc.bias"]) * w["fc.bias"]).requires_grad_()
+    h = torch.relu(x @ g["fc1.0.weight"].T + g["fc1.0.bias"])
+    loss = F.cross_entropy(h @ th_w.T + th_b, y)
+    loss.backward()
+    want_w = torch.clamp(w["fc.weight"] - eta * th_w.grad * (g["fc.weight"] - loc["fc.weight"]), 0, 1)
+    want_b = torch.clamp(w["fc.bias"] - eta * th_b.grad * (g["fc.bias"] - loc["fc.bias"]), 0, 1)
+
+    # ours, as the engine calls it with cached features (head only) and without (full model)
+    step_head = make_ala_step(model, eta, head_start=1)
+    feats = model(x, stop=1).detach()
+    new, got_loss = step_head({"w": w, "l": {n: loc[n] for n in w}, "buffers": {}},
+                              {"g": {n: g[n] for n in w}, "lower": {}}, feats, y, torch.ones(5))
+    torch.testing.assert_close(new["w"]["fc.weight"], want_w)
+    torch.testing.assert_close(new["w"]["fc.bias"], want_b)
+    assert got_loss.item() == pytest.approx(loss.item(), abs=1e-6)
+    step_full = make_ala_step(model, eta, head_start=0)
+    new2, _ = step_full({"w": w, "l": {n: loc[n] for n in w}, "buffers": {}},
+                        {"g": {n: g[n] for n in w}, "lower": {k: g[k] for k in ("fc1.0.weight", "fc1.0.bias")}},
+                        x, y, torch.ones(5))
+    torch.testing.assert_close(new2["w"]["fc.weight"], want_w)
+
+
+def test_blend_with_weights_one_is_the_global_model():
+    torch.manual_seed(0)
+    loc, glob = torch.randn(100), torch.randn(100)
+    torch.testing.assert_close(blend(loc, glob, torch.ones(100)), glob, atol=1e-6, rtol=0)
+    torch.testing.assert_close(blend(loc, glob, torch.zeros(100)), loc)
+
+
+def reference_ala(model, glob_state, local_state, weights, x_window, y_window, batch_size, layer_idx, eta,
+                  start_phase, threshold, num_pre_loss, max_epochs):
+    """A transcription of the public reference ``ALA.adaptive_local_aggregation`` (module-based)."""
+    global_model = copy.deepcopy(model)
+    global_model.load_state_dict(glob_state)
+    local_model = copy.deepcopy(model)
+    local_model.load_state_dict(local_state)
+    for m in (global_model, local_model):  # as freshly built nn.Modules are
+        m.requires_grad_(True)
+    params_g = list(global_model.parameters())
+    params = list(local_model.parameters())
+    for param, param_g in zip(params[:-layer_idx], params_g[:-layer_idx]):
+        param.data = param_g.data.clone()
+    model_t = copy.deepcopy(local_model)
+    params_t = list(model_t.parameters())
+    params_p, params_gp, params_tp = params[-layer_idx:], params_g[-layer_idx:], params_t[-layer_idx:]
+    for param in params_t[:-layer_idx]:
+        param.requires_grad = False
+    optimizer = torch.optim.SGD(params_tp, lr=0)
+    for param_t, param, param_g, weight in zip(params_tp, params_p, params_gp, weights):
+        param_t.data = param + (param_g - param) * weight
+    losses, cnt = [], 0
+    while True:
+        for i in range(0, len(x_window), batch_size):
+            xb, yb = x_window[i:i + batch_size], y_window[i:i + batch_size]
+            optimizer.zero_grad()
+            loss_value = F.cross_entropy(model_t(xb), yb)
+            loss_value.backward()
+            for param_t, param, param_g, weight in zip(params_tp, params_p, params_gp, weights):
+                weight.data = torch.clamp(weight - eta * (param_t.grad * (param_g - param)), 0, 1)
+            for param_t, param, param_g, weight in zip(params_tp, params_p, params_gp, weights):
+                param_t.data = param + (param_g - param) * weight
+        losses.append(loss_value.item())
+        cnt += 1
+        if not start_phase:
+            break
+        if len(losses) > num_pre_loss and np.std(losses[-num_pre_loss:]) < threshold:
+            break
+        if cnt >= max_epochs:  # the project's cap (the reference has none)
+            break
+    for param, param_t in zip(params_p, params_tp):
+        param.data = param_t.data.clone()
+    return local_model.state_dict(), weights, losses
+
+
+@pytest.mark.parametrize("p,layer_idx", [(1, 2), (2, 4)])
+def test_engine_ala_equals_reference_transcription(ragged, p, layer_idx):
+    cfg = small_cfg(algo="fedala", p=p, rounds=3, threshold=0.05, s=70, batch_size=4, max_start_epochs=30)
+    sim = Simulation(cfg, ragged)
+    model = sim.model
+    names = sim.param_names
+    weights = {c: [torch.ones_like(sim.global_params[n]) for n in names[-layer_idx:]] for c in range(5)}
+    for t in (1, 2, 3):
+        glob = {n: v.clone() for n, v in sim.global_params.items()}
+        local = {n: v.clone() for n, v in sim.local_params.items()}
+        if t > 1:  # compute what the reference would produce for each client
+            expected = {}
+            for c in range(5):
+                n = int(sim.train_sizes[c])
+                m = int(cfg.s / 100 * n)
+                off = int(generator(cfg.seed, t, c, ALA_WINDOW).integers(0, n - m + 1))
+                x, y = sim.data.client_train(c)
+                expected[c] = reference_ala(
+                    model, glob, {k: local[k][c] for k in names}, weights[c], x[off:off + m], y[off:off + m],
+                    cfg.batch_size, layer_idx, cfg.eta, start_phase=(t == 2), threshold=cfg.threshold,
+                    num_pre_loss=cfg.num_pre_loss, max_epochs=cfg.max_start_epochs)
+        sim.run_round(t)
+        sim.round = t
+        if t > 1:
+            # after run_round, local models were trained; compare the ALA outcome via the start snapshot
+            for c in range(5):
+                _, w, losses = expected[c]
+                for j, name in enumerate(names[-layer_idx:]):
+                    torch.testing.assert_close(sim.algo_state[f"ala.w.{name}"][c], w[j], atol=1e-5, rtol=0)
+                rows = sim.recorder.ala
+                got = [l for r, cl, l in zip(rows["round"], rows["client"], rows["loss"]) if r == t and cl == c]
+                np.testing.assert_allclose(got, losses, atol=1e-5)
+            if t == 2:
+                assert max(len(expected[c][2]) for c in range(5)) > 1  # a real start phase happened
+            if t == 3:
+                assert all(len(expected[c][2]) == 1 for c in range(5))
+
+
+def test_initialised_model_is_the_blend(ragged):
+    cfg = small_cfg(algo="fedala", rounds=2, snapshot_clients="all")
+    sim = Simulation(cfg, ragged)
+    sim.run_round(1)
+    sim.round = 1
+    glob = {n: v.clone() for n, v in sim.global_params.items()}
+    local = {n: v.clone() for n, v in sim.local_params.items()}
+    sim.run_round(2)
+    start = sim.recorder.snaps["start/1"]
+    w = {n: sim.algo_state[f"ala.w.{n}"][1] for n in ("fc.weight", "fc.bias")}
+    expect = []
+    for n in sim.param_names:
+        expect.append((blend(local[n][1], glob[n], w[n]) if n in w else glob[n]).reshape(-1))
+    torch.testing.assert_close(start[-1], torch.cat(expect))
+
+
+def test_weights_held_at_one_give_fedavg(ragged):
+    # η so small that W never leaves 1: ALA's initialisation is then FedAvg's overwrite
+    base = small_cfg(rounds=4, shuffle=True, join_ratio=0.6)
+    a = Simulation(base.replace(algo="fedavg"), ragged).run(progress=False)
+    sim = Simulation(base.replace(algo="fedala", eta=1e-30), ragged)
+    b = sim.run(progress=False)
+    assert all(bool((w == 1).all()) for k, w in sim.algo_state.items() if k.startswith("ala.w."))
+    for c in ["test_loss", "init_loss", "trained_loss"]:
+        np.testing.assert_allclose(a.clients[c], b.clients[c], atol=1e-5, err_msg=c)
+
+
+def test_start_phase_is_capped_and_reported(ragged):
+    cfg = small_cfg(algo="fedala", rounds=3, threshold=1e-12, max_start_epochs=4)
+    with pytest.warns(UserWarning, match=r"hit max_start_epochs=4"):
+        run = Simulation(cfg, ragged).run(progress=False)
+    assert run.capped_clients == [0, 1, 2, 3, 4]
+    start = run.ala[run.ala["round"] == 2]
+    assert start.groupby("client")["epoch"].max().tolist() == [4] * 5
+    assert start[start["capped"]]["epoch"].tolist() == [4] * 5
+    later = run.ala[run.ala["round"] == 3]
+    assert later.groupby("client")["epoch"].max().tolist() == [1] * 5 and not later["start_phase"].any()
+
+
+def test_ala_after_keeps_fedavg_initialisation_until_round_k(ragged):
+    cfg = small_cfg(algo="fedala", rounds=4, ala_after=2)
+    run = Simulation(cfg, ragged).run(progress=False)
+    assert sorted(set(run.ala["round"])) == [3, 4]
+    assert run.ala[run.ala["round"] == 3]["start_phase"].all()
+    fedavg = Simulation(cfg.replace(algo="fedavg"), ragged).run(progress=False)
+    first = run.clients["round"] <= 3  # evaluation in round 3 happens after ALA: differs from there on
+    np.testing.assert_allclose(run.clients.loc[run.clients["round"] <= 2, "test_loss"],
+                               fedavg.clients.loc[fedavg.clients["round"] <= 2, "test_loss"], atol=1e-6)
+    assert not np.allclose(run.clients.loc[first, "test_loss"], fedavg.clients.loc[first, "test_loss"])

@@ -1,0 +1,140 @@
+"""Oracle tests of the round loop: two backends, FedProx(μ=0), determinism, resume, divergence."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import small_cfg
+
+from fedala_lab.engine.simulate import Simulation
+from fedala_lab.errors import RunCancelled, TrainingDiverged
+
+METRICS = ["test_acc", "test_loss", "train_loss", "init_loss", "trained_loss", "test_correct", "test_num"]
+ALGOS = ["fedavg", "fedprox", "fedala", "fedprox+ala", "fedavg-c", "fedprox-c", "local"]
+
+
+def run_sim(cfg, data):
+    sim = Simulation(cfg, data)
+    run = sim.run(progress=False)
+    return sim, run
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_vectorised_equals_loop(algo, ragged):
+    # ragged sizes, reshuffled epochs, partial last batches and half the clients per round
+    cfg = small_cfg(algo=algo, shuffle=True, drop_last=False, join_ratio=0.6, rounds=3, s=60)
+    sim_v, run_v = run_sim(cfg, ragged)
+    sim_l, run_l = run_sim(cfg.replace(backend="loop"), ragged)
+    for c in METRICS:
+        np.testing.assert_allclose(run_v.clients[c], run_l.clients[c], atol=1e-5, rtol=0, err_msg=c)
+    for n in sim_v.param_names:
+        torch.testing.assert_close(sim_v.local_params[n], sim_l.local_params[n], atol=1e-5, rtol=0)
+        torch.testing.assert_close(sim_v.global_params[n], sim_l.global_params[n], atol=1e-5, rtol=0)
+    assert run_v.clients["selected"].tolist() == run_l.clients["selected"].tolist()
+    if "ala" in algo:
+        for k in sim_v.algo_state:
+            torch.testing.assert_close(sim_v.algo_state[k], sim_l.algo_state[k], atol=1e-5, rtol=0)
+        pd.testing.assert_frame_equal(run_v.ala[["round", "client", "epoch"]], run_l.ala[["round", "client", "epoch"]])
+        np.testing.assert_allclose(run_v.ala["loss"], run_l.ala["loss"], atol=1e-5)
+
+
+def test_fedprox_with_mu_zero_is_fedavg_exactly(ragged):
+    _, a = run_sim(small_cfg(algo="fedavg"), ragged)
+    _, b = run_sim(small_cfg(algo="fedprox", mu=0.0), ragged)
+    pd.testing.assert_frame_equal(a.clients[METRICS], b.clients[METRICS])
+    _, c = run_sim(small_cfg(algo="fedprox", mu=0.5), ragged)
+    assert not np.allclose(a.clients["trained_loss"], c.clients["trained_loss"], equal_nan=True)
+
+
+def test_same_seed_same_result_other_seed_other_result(ragged):
+    cfg = small_cfg(algo="fedala", shuffle=True, join_ratio=0.6)
+    _, a = run_sim(cfg, ragged)
+    _, b = run_sim(cfg, ragged)
+    pd.testing.assert_frame_equal(a.clients.drop(columns="seconds"), b.clients.drop(columns="seconds"))
+    pd.testing.assert_frame_equal(a.ala, b.ala)
+    for k in a.arrays:
+        np.testing.assert_array_equal(a.arrays[k], b.arrays[k])
+    _, c = run_sim(cfg.replace(seed=1), ragged)
+    assert not a.clients["test_loss"].equals(c.clients["test_loss"])
+
+
+def test_selection_and_communication_accounting(ragged):
+    sim, run = run_sim(small_cfg(algo="fedavg", join_ratio=0.6, rounds=4), ragged)
+    model_bytes = sum(v.numel() * 4 for v in sim.global_params.values())
+    assert (run.rounds["num_selected"] == 3).all()  # ⌊0.6 · 5⌋
+    assert (run.clients.groupby("round")["selected"].sum() == 3).all()
+    assert (run.rounds["bytes_up"] == 3 * model_bytes).all()
+    assert (run.rounds["bytes_down"] == 5 * model_bytes).all()  # every client receives G (reference)
+    assert run.summary()["bytes_up"] == 4 * 3 * model_bytes
+    _, local = run_sim(small_cfg(algo="local", rounds=2), ragged)
+    assert local.summary()["bytes_up"] == 0 and local.summary()["bytes_down"] == 0
+
+
+def test_pooled_accuracy_is_weighted_by_test_size(ragged):
+    _, run = run_sim(small_cfg(algo="fedala"), ragged)
+    for t, g in run.clients.groupby("round"):
+        row = run.rounds.set_index("round").loc[t]
+        assert row["acc"] == pytest.approx(g["test_correct"].sum() / g["test_num"].sum())
+        assert row["acc_std"] == pytest.approx(np.std(g["test_acc"]))
+        assert g["test_num"].tolist() == [9, 5, 11, 4, 8]
+    assert run.rounds["best_acc"].is_monotonic_increasing
+
+
+def test_eval_drop_last_restores_reference_counting(ragged):
+    _, run = run_sim(small_cfg(algo="fedavg", rounds=1, eval_drop_last=True, batch_size=4), ragged)
+    assert run.clients["test_num"].tolist() == [8, 4, 8, 4, 8]
+
+
+def test_resume_after_interruption_equals_uninterrupted(ragged, tmp_path):
+    cfg = small_cfg(algo="fedala", rounds=5, checkpoint_every=2, shuffle=True, join_ratio=0.6)
+    _, full = run_sim(cfg, ragged)
+    ckpt = tmp_path / "ckpt.pt"
+
+    def stop_at_3(sim, row):
+        return row["round"] < 3
+
+    with pytest.raises(RunCancelled):
+        Simulation(cfg, ragged).run(progress=False, callback=stop_at_3, checkpoint=ckpt)
+    resumed_sim = Simulation(cfg, ragged)
+    assert resumed_sim.load_checkpoint(ckpt) and resumed_sim.round == 3
+    resumed = resumed_sim.run(progress=False, checkpoint=ckpt)
+    pd.testing.assert_frame_equal(full.clients.drop(columns="seconds"), resumed.clients.drop(columns="seconds"))
+    pd.testing.assert_frame_equal(full.ala, resumed.ala)
+    for k in full.arrays:
+        np.testing.assert_array_equal(full.arrays[k], resumed.arrays[k])
+
+
+def test_checkpoint_of_another_config_is_ignored(ragged, tmp_path):
+    ckpt = tmp_path / "c.pt"
+    sim = Simulation(small_cfg(algo="fedavg", rounds=2), ragged)
+    sim.run(progress=False)
+    sim.save_checkpoint(ckpt)
+    other = Simulation(small_cfg(algo="fedprox", rounds=2), ragged)
+    assert other.load_checkpoint(ckpt) is False and other.round == 0
+    (tmp_path / "torn.pt").write_bytes(b"not a checkpoint")
+    assert other.load_checkpoint(tmp_path / "torn.pt") is False
+
+
+def test_divergence_stops_with_a_message_and_keeps_the_record(ragged):
+    with pytest.raises(TrainingDiverged, match=r"lr=1e\+20 is most likely too large") as info:
+        run_sim(small_cfg(algo="fedavg", lr=1e20, rounds=5), ragged)
+    run = info.value.run
+    assert run.status == "diverged"
+    assert len(run.rounds) < 5 and "too large" in run.message
+
+
+def test_snapshots_and_tracking(ragged):
+    sim, run = run_sim(small_cfg(algo="fedala", rounds=4, snapshot_clients="1,3", snapshot_from=2,
+                                 track_clients="0,2"), ragged)
+    rounds, start, end = run.snapshots(3)
+    n_params = sum(v[0].numel() for v in sim.local_params.values())
+    assert rounds.tolist() == [2, 3, 4] and start.shape == end.shape == (3, n_params)
+    flat_now = torch.cat([v[3].reshape(-1) for v in sim.local_params.values()]).numpy()
+    np.testing.assert_array_equal(end[-1], flat_now)
+    assert run.tracked_clients() == [0, 2]
+    assert set(run.ala["client"]) == {0, 2}
+    r, w = run.ala_weights(2)
+    assert r == 4 and set(w) == {"fc.weight", "fc.bias"}
+    torch.testing.assert_close(torch.as_tensor(w["fc.weight"]), sim.algo_state["ala.w.fc.weight"][2])
+    with pytest.raises(KeyError, match="no parameter snapshots for client 0"):
+        run.snapshots(0)
