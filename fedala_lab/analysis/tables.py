@@ -1,0 +1,147 @@
+"""Accuracy tables over seeds (the paper's Tables 2 and 7: mean ± std of 5 runs).
+
+The paper reports the BEST round's pooled accuracy; users question that (it flatters methods that
+overfit), so every table carries both the best and the final round.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from ..record.run import Run
+
+
+def run_row(run: Run, extra: Iterable[str] = ()) -> dict:
+    """One run as a flat row: its config (algo, dataset, seed, p, s, …) and best/final accuracy in %."""
+    cfg = run.config
+    row = {
+        "algo": cfg.algo, "dataset": cfg.data.dataset, "partition": cfg.data.partition,
+        "beta": cfg.data.beta, "num_clients": cfg.data.num_clients, "rounds": cfg.rounds, "seed": cfg.seed,
+        "best_acc": 100 * run.best_acc, "final_acc": 100 * run.final_acc,
+        "best_round": run.summary()["best_round"], "seconds": run.summary()["seconds"],
+        "status": run.status,
+    }
+    for name in extra:
+        row[name] = getattr(cfg, name) if hasattr(cfg, name) else getattr(cfg.data, name)
+    return row
+
+
+def runs_frame(runs: Iterable[Run], extra: Iterable[str] = ()) -> pd.DataFrame:
+    """One row per run (see :func:`run_row`)."""
+    return pd.DataFrame([run_row(r, extra) for r in runs])
+
+
+def accuracy_table(runs: Iterable[Run] | pd.DataFrame, by: Iterable[str] = ("algo",)) -> pd.DataFrame:
+    """Mean and std over seeds of best- and final-round pooled accuracy (%), one row per group.
+
+    ``runs`` may be Run objects or a frame from :func:`runs_frame`. ``by`` names the columns that define
+    a row (default: the algorithm); any config field can be used, e.g. ``by=("algo", "p")``. The std is
+    the sample std (ddof=1) as numpy/pandas report for 5 runs; it is NaN for a single seed.
+    """
+    by = list(by)
+    df = runs if isinstance(runs, pd.DataFrame) else runs_frame(runs, [c for c in by if c not in (
+        "algo", "dataset", "partition", "beta", "num_clients", "rounds", "seed")])
+    if df.empty:
+        return pd.DataFrame(columns=[*by, "best_mean", "best_std", "final_mean", "final_std", "n_seeds"])
+    g = df.groupby(by, sort=False, dropna=False)
+    out = g.agg(best_mean=("best_acc", "mean"), best_std=("best_acc", "std"),
+                final_mean=("final_acc", "mean"), final_std=("final_acc", "std"),
+                n_seeds=("seed", "nunique")).reset_index()
+    return out
+
+
+def format_mean_std(mean: float, std: float, digits: int = 2) -> str:
+    """``98.81 ± 0.01`` (or just the mean when there is one seed)."""
+    if std is None or (isinstance(std, float) and np.isnan(std)):
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Tables 2/7 layout (rows = methods, columns = settings) and plain-text renderings (no tabulate needed)
+
+
+def setting_label(cfg) -> str:
+    """A short column name for a run's data setting, e.g. ``digits Dir(0.1)`` or ``MNIST pat(2)``."""
+    d = cfg.data
+    if d.is_pfllib:
+        from pathlib import Path
+
+        return Path(d.dataset[len("pfllib:"):]).name
+    name = {"digits": "digits", "mnist": "MNIST", "fashion_mnist": "Fashion-MNIST", "cifar10": "Cifar10",
+            "cifar100": "Cifar100"}.get(d.dataset, d.dataset)
+    part = {"iid": "IID", "pathological": f"pat({d.classes_per_client})",
+            "dirichlet": f"Dir({d.beta:g})"}[d.partition]
+    return f"{name} {part}"
+
+
+def layout_table(stats: pd.DataFrame, rows: str = "algo", columns: str = "setting", which: str = "both",
+                 digits: int = 2, row_order=None, column_order=None) -> pd.DataFrame:
+    """Pivot an :func:`accuracy_table` frame into the paper's layout: one row per method, one column per
+    setting (``which="best"`` or ``"final"``), or two per setting (``"both"``: "best" and "final").
+
+    Cells are "mean ± std" strings (see :func:`format_mean_std`); a missing combination is "–".
+    """
+    if which not in ("best", "final", "both"):
+        from ..errors import ConfigError
+
+        raise ConfigError("which", which, "best, final or both")
+    kinds = ["best", "final"] if which == "both" else [which]
+    row_vals = list(row_order) if row_order is not None else list(dict.fromkeys(stats[rows]))
+    col_vals = list(column_order) if column_order is not None else list(dict.fromkeys(stats[columns]))
+    cells = {}
+    for _, r in stats.iterrows():
+        for k in kinds:
+            cells[(r[rows], r[columns], k)] = format_mean_std(r[f"{k}_mean"], r[f"{k}_std"], digits)
+    out = {}
+    for c in col_vals:
+        for k in kinds:
+            name = str(c) if len(kinds) == 1 else f"{c} ({k})"
+            out[name] = [cells.get((rv, c, k), "–") for rv in row_vals]
+    frame = pd.DataFrame(out, index=pd.Index(row_vals, name=rows))
+    return frame
+
+
+def frame_to_markdown(frame: pd.DataFrame, index: bool = True) -> str:
+    """A GitHub-flavoured Markdown table of ``frame`` (cells as text; ``|`` escaped)."""
+    def esc(v):
+        return str(v).replace("|", "\\|")
+
+    head = ([frame.index.name or ""] if index else []) + [esc(c) for c in frame.columns]
+    lines = ["| " + " | ".join(head) + " |",
+             "|" + "|".join([":---"] * (1 if index else 0) + ["---:"] * len(frame.columns)) + "|"]
+    for idx, row in frame.iterrows():
+        cells = ([esc(idx)] if index else []) + [esc(v) for v in row.tolist()]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def _latex_escape(text) -> str:
+    s = "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+    return s.replace("±", r"$\pm$").replace("–", "--")
+
+
+def frame_to_latex(frame: pd.DataFrame, index: bool = True, caption: str | None = None,
+                   label: str | None = None) -> str:
+    """A booktabs ``tabular`` of ``frame`` (inside a ``table`` when a caption or label is given)."""
+    spec = ("l" if index else "") + "r" * len(frame.columns)
+    head = ([_latex_escape(frame.index.name or "")] if index else []) + [_latex_escape(c) for c in frame.columns]
+    body = [" & ".join(([_latex_escape(i)] if index else []) + [_latex_escape(v) for v in row.tolist()]) + r" \\"
+            for i, row in frame.iterrows()]
+    lines = [rf"\begin{{tabular}}{{{spec}}}", r"\toprule", " & ".join(head) + r" \\", r"\midrule", *body,
+             r"\bottomrule", r"\end{tabular}"]
+    if caption or label:
+        inner = [r"\begin{table}[t]", r"\centering"]
+        if caption:
+            inner.append(rf"\caption{{{_latex_escape(caption)}}}")
+        if label:
+            inner.append(rf"\label{{{label}}}")
+        lines = [*inner, *lines, r"\end{table}"]
+    return "\n".join(lines) + "\n"
