@@ -1,5 +1,5 @@
 # Two commands on a fresh machine (see README):
-#   make app    set everything up and start the lecture app (until it exists: the CLI on the default data)
+#   make app    set everything up and start the lecture app on http://127.0.0.1:7860
 #   make test   set everything up and run the whole test suite
 PYTHON ?= python3
 VENV   ?= .venv
@@ -20,7 +20,11 @@ $(STAMP): pyproject.toml | $(BIN)/python
 install: $(STAMP)
 
 app: $(STAMP)
-	$(BIN)/fedala-lab run --preset teach --algos fedavg,fedprox,fedala
+	$(BIN)/python app.py
+
+# JupyterLab on the project's venv kernel (as root, e.g. in a container, Jupyter wants --allow-root)
+lab: $(STAMP)
+	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

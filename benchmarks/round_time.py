@@ -56,11 +56,11 @@ def bench(name: str, rounds: int, repeats: int, algos: list[str], device: str) -
                 results.setdefault((algo, backend), []).append(res)
                 print(f"[{name}] rep {rep + 1}/{repeats} {algo:>8} {backend:>10}: {res['wall']:.2f} s "
                       f"(final acc {100 * res['acc']:.2f} %)", file=sys.stderr, flush=True)
-    lines = [f"### `{name}`: {rounds} rounds, {cfg0.data.num_clients} clients, model {cfg0.model}, "
-             f"batch {cfg0.batch_size}; median of {repeats} interleaved repeats", "",
+    lines = [(f"### `{name}`: {rounds} rounds, {cfg0.data.num_clients} clients, model {cfg0.model}, "
+             f"batch {cfg0.batch_size}; median of {repeats} interleaved repeats"), "",
              f"Data loaded and placed on {dev} in {load:.2f} s (once, outside the timings).", "",
-             "| algorithm | backend | run (s) | median s/round | round 1 | round 2 | later rounds (median) "
-             "| init / eval / train s per later round | loop ÷ vectorised |",
+             ("| algorithm | backend | run (s) | median s/round | round 1 | round 2 | later rounds (median) "
+             "| init / eval / train s per later round | loop ÷ vectorised |"),
              "|---|---|---|---|---|---|---|---|---|"]
     for algo in algos:
         vec_wall = statistics.median(r["wall"] for r in results[(algo, "vectorised")])
@@ -78,8 +78,8 @@ def bench(name: str, rounds: int, repeats: int, algos: list[str], device: str) -
             lines.append(f"| {algo} | {backend} | {wall:.2f} | {per:.3f} | {r1:.3f} | {r2:.3f} | {later:.3f} | "
                          f"{phases} | {ratio} |")
     total = sum(statistics.median(r["wall"] for r in results[(a, "vectorised")]) for a in algos)
-    lines += ["", f"Vectorised, {' + '.join(algos)} together: **{total:.2f} s** "
-                  f"({rounds} rounds each, simulation only).", ""]
+    lines += ["", (f"Vectorised, {' + '.join(algos)} together: **{total:.2f} s** "
+                  f"({rounds} rounds each, simulation only)."), ""]
     return lines
 
 
@@ -88,8 +88,8 @@ def header(device: str) -> list[str]:
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else (platform.processor() or platform.machine())
     load = f"{os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else "n/a"
     return [f"## Round time — {dt.date.today().isoformat()}, {dev} ({name}, {os.cpu_count()} CPUs)", "",
-            f"torch {torch.__version__}, Python {platform.python_version()}, torch threads "
-            f"{torch.get_num_threads()}, load average at start {load}.", ""]
+            (f"torch {torch.__version__}, Python {platform.python_version()}, torch threads "
+            f"{torch.get_num_threads()}, load average at start {load}."), ""]
 
 
 def main(argv=None) -> int:

@@ -88,6 +88,14 @@ def _config_from_args(args) -> list[RunConfig]:
         base = RunConfig()
     if args.config:
         base = RunConfig.from_dict(_merge(base.to_dict(), _read_config_file(args.config)))
+    changes = flag_changes(args)
+    cfg = base.replace(**changes) if changes else base
+    algos = [a.strip() for a in args.algos.split(",")] if args.algos else [cfg.algo]
+    return [cfg.replace(algo=a) for a in algos]
+
+
+def flag_changes(args) -> dict:
+    """Config changes named by the run flags and ``--set KEY=VALUE`` (unknown keys are refused)."""
     changes = {}
     for flag in _RUN_FLAGS:
         v = getattr(args, flag.replace("-", "_"))
@@ -103,9 +111,7 @@ def _config_from_args(args) -> list[RunConfig]:
         from .errors import ConfigError
 
         raise ConfigError(unknown[0], changes[unknown[0]], "a known setting; see fedala_lab.config.RunConfig")
-    cfg = base.replace(**changes) if changes else base
-    algos = [a.strip() for a in args.algos.split(",")] if args.algos else [cfg.algo]
-    return [cfg.replace(algo=a) for a in algos]
+    return changes
 
 
 def _field_names() -> set[str]:
@@ -253,7 +259,17 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default="figures/data_distribution.png", help="image path (.png/.pdf/.svg)")
     d.add_argument("--csv", default=None, help="also write the drawn counts as CSV")
     d.set_defaults(func=cmd_data)
+
+    # Subcommands defined next to the code they drive: each module has add_subcommand(sub), which adds
+    # its parser and sets func. Listed here so `fedala-lab --help` shows them all.
+    import importlib
+
+    for module in _SUBCOMMAND_MODULES:
+        importlib.import_module(module).add_subcommand(sub)
     return parser
+
+
+_SUBCOMMAND_MODULES: list[str] = ["fedala_lab.webapp", "fedala_lab.figures.paper", "fedala_lab.sweep"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,6 +22,9 @@ from typing import Any
 from .errors import ConfigError
 
 DATASETS = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100")
+# "pfllib-pool:<dir>": every image of a PFLlib partition pooled, to be partitioned afresh (e.g. MNIST
+# pathological from the shared Dir(0.1) files when torchvision's MNIST is absent; data/sources.py).
+POOL_PREFIX = "pfllib-pool:"
 PARTITIONS = ("iid", "pathological", "dirichlet")
 MODELS = ("auto", "fedavgcnn", "smallcnn", "mlp", "resnet18", "fasttext")
 BACKENDS = ("vectorised", "loop")
@@ -67,6 +70,14 @@ def _choice(name, value, choices):
     _check(value in choices, name, value, "one of " + ", ".join(map(str, choices)))
 
 
+def _coerce_floats(obj) -> None:
+    """Store integral values of float fields as floats, so s=80 and s=80.0 are one config (one key)."""
+    for f in fields(obj):
+        v = getattr(obj, f.name)
+        if f.type in ("float", "float | None") and isinstance(v, int) and not isinstance(v, bool):
+            object.__setattr__(obj, f.name, float(v))
+
+
 def _bool(name, value):
     _check(isinstance(value, bool), name, value, "true or false")
 
@@ -110,8 +121,9 @@ class DataConfig:
     def __post_init__(self):
         d = self.dataset
         _check(
-            isinstance(d, str) and (d in DATASETS or (d.startswith("pfllib:") and len(d) > 7)),
-            "dataset", d, "one of " + ", ".join(DATASETS) + " or pfllib:<directory>",
+            isinstance(d, str) and (d in DATASETS or (d.startswith("pfllib:") and len(d) > 7)
+                                    or (d.startswith(POOL_PREFIX) and len(d) > len(POOL_PREFIX))),
+            "dataset", d, "one of " + ", ".join(DATASETS) + ", pfllib:<directory> or pfllib-pool:<directory>",
         )
         _choice("partition", self.partition, PARTITIONS)
         _int("num_clients", self.num_clients, 1)
@@ -126,6 +138,7 @@ class DataConfig:
             _int("resize", self.resize, 4, 512)
         _bool("download", self.download)
         _int("max_tries", self.max_tries, 1)
+        _coerce_floats(self)
 
     @property
     def is_pfllib(self) -> bool:
@@ -176,6 +189,10 @@ class RunConfig:
     # FedLAMA: base interval τ0 (steps) and interval factor φ (FedAvg is φ = 1).
     tau0: int = 10
     phi: int = 2
+    # FedLAMA interval rule: "spec" (SPEC §6: layers are long while δ_l < 1 − λ_l; the crossing layer keeps
+    # τ0) or "authors" (the authors' code also relaxes the crossing layer — on the MNIST CNN, whose fc1 is
+    # 90 % of the parameters and crosses first, only this rule saves communication).
+    lama_rule: str = "spec"
     seed: int = 0
     # Evaluate every k rounds (evaluation of every client is a large share of a CPU round).
     eval_every: int = 1
@@ -197,6 +214,10 @@ class RunConfig:
     device: str = "auto"
     # Save a resumable checkpoint every k rounds (0 = never).
     checkpoint_every: int = 10
+    # torch CPU threads during the run; None = auto: one for small models (under 200k parameters: each
+    # step is Python overhead, and with torch's default threads a busy neighbour process made a teach run
+    # 10–20× slower here), torch's default otherwise. Never part of the key.
+    threads: int | None = None
 
     def __post_init__(self):
         _check(isinstance(self.data, DataConfig), "data", self.data, "a DataConfig")
@@ -223,6 +244,7 @@ class RunConfig:
         _int("finetune_epochs", self.finetune_epochs, 1)
         _int("tau0", self.tau0, 1)
         _int("phi", self.phi, 1)
+        _choice("lama_rule", self.lama_rule, ("spec", "authors"))
         _int("seed", self.seed, 0)
         _int("eval_every", self.eval_every, 1)
         _bool("eval_drop_last", self.eval_drop_last)
@@ -236,6 +258,9 @@ class RunConfig:
         _check(isinstance(self.device, str) and self.device.split(":")[0] in ("auto", "cpu", "cuda", "mps"),
                "device", self.device, "auto, cpu, cuda, cuda:<n> or mps")
         _int("checkpoint_every", self.checkpoint_every, 0)
+        if self.threads is not None:
+            _int("threads", self.threads, 1)
+        _coerce_floats(self)
 
     # -- derived facts ----------------------------------------------------------------------------
 
@@ -302,7 +327,7 @@ class RunConfig:
     def canonical(self) -> dict[str, Any]:
         """The fields that can change the result, with unused hyper-parameters dropped."""
         d = self.to_dict()
-        for k in ("device", "checkpoint_every", "track_clients", "snapshot_clients", "snapshot_from"):
+        for k in ("device", "checkpoint_every", "track_clients", "snapshot_clients", "snapshot_from", "threads"):
             d.pop(k)
         for k in ("root", "download"):
             d["data"].pop(k)
@@ -315,7 +340,7 @@ class RunConfig:
         if not self.uses_finetune:
             d.pop("finetune_epochs")
         if not self.uses_lama:
-            d.pop("tau0"), d.pop("phi")
+            d.pop("tau0"), d.pop("phi"), d.pop("lama_rule")
         if self.data.is_pfllib:
             for k in ("partition", "beta", "classes_per_client", "balance", "least_samples",
                       "train_ratio", "seed", "max_tries"):
@@ -337,6 +362,8 @@ class RunConfig:
         ds = self.data.dataset
         if self.data.is_pfllib:
             ds = "pfllib-" + Path(ds[7:]).name
+        elif ds.startswith(POOL_PREFIX):
+            ds = "pool-" + Path(ds[len(POOL_PREFIX):]).name
         part = "" if self.data.is_pfllib else {
             "iid": "-iid",
             "pathological": f"-pat{self.data.classes_per_client}",

@@ -22,6 +22,7 @@ uses batch statistics; evaluation uses the client's own running statistics.
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict
 from itertools import islice
 
@@ -209,13 +210,18 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *, vo
         raise ConfigError("model", name, "one of " + ", ".join(MODELS))
     if name == "auto":
         name = auto_model_name(tuple(input_shape))
+    # Initialisers draw from torch's global generator: hold a lock so that threads (several app users)
+    # building models at once cannot interleave their draws and swap initial weights.
     fork = torch.random.fork_rng(devices=[]) if seed is not None else _nullcontext()
-    with fork:
+    with _BUILD_LOCK, fork:
         if seed is not None:
             torch.manual_seed(seed)
         model = _construct(name, tuple(input_shape), num_classes, vocab_size)
     _check_fits(model, name, tuple(input_shape))
     return model
+
+
+_BUILD_LOCK = threading.Lock()
 
 
 class _nullcontext:

@@ -63,10 +63,24 @@ def _mnist_pat() -> RunConfig:
     )
 
 
+def _teach_fedlama() -> RunConfig:
+    # FedLAMA (issue 7, algorithms/fedlama.py) on the teach problem: seconds on a CPU.
+    return _teach().replace(
+        algo="fedlama",
+        # One round = τ0 = 10 local SGD steps (≈ 1.5 epochs of a median client); local_steps is set too, so
+        # `--algos fedavg,fedlama` compares with FedAvg(τ0). φ = 2 as in the paper's main tables.
+        tau0=10, local_steps=10, phi=2,
+        # Step-counted rounds in the reference order would replay each client's first τ0 batches every
+        # round; reshuffling (seeded per round and client) walks all its data.
+        shuffle=True,
+    )
+
+
 PRESETS = {
     "teach": (_teach, "digits, 20 clients, Dir(0.1), small CNN, 50 rounds: seconds on a laptop CPU"),
     "mnist-dir0.1": (_mnist_dir01, "the shared real MNIST Dir(0.1) partition with the reference settings"),
     "mnist-pat": (_mnist_pat, "torchvision MNIST, pathological (2 labels/client), reference settings"),
+    "teach-fedlama": (_teach_fedlama, "teach with FedLAMA: τ0 = 10 local steps per round, φ = 2, reshuffled"),
 }
 
 

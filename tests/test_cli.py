@@ -64,7 +64,7 @@ def test_bad_input_is_one_line_exit_2(argv, pattern, tmp_path):
     out = subprocess.run([sys.executable, "-m", "fedala_lab.cli", *argv, "--store", str(tmp_path)]
                          if argv[0] == "run" else [sys.executable, "-m", "fedala_lab.cli", *argv,
                                                    "--out", str(tmp_path / "x.png")],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr

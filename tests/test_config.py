@@ -90,3 +90,8 @@ def test_presets():
     assert m.rounds == 3 and m.lr == 0.005 and m.batch_size == 10 and m.data.dataset.startswith("pfllib:")
     with pytest.raises(ConfigError, match="preset='nope'"):
         preset("nope")
+
+
+def test_integral_floats_make_the_same_config():
+    a, b = RunConfig(s=80, lr=1).replace(beta=1), RunConfig(s=80.0, lr=1.0).replace(beta=1.0)
+    assert a == b and a.key() == b.key() and isinstance(a.s, float) and isinstance(a.data.beta, float)

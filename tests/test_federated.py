@@ -31,7 +31,7 @@ def test_label_counts_is_tidy_and_complete(digits):
     assert counts["count"].sum() == 1797 and (counts["count"] > 0).all()
     train = counts[counts["split"] == "train"].groupby("client")["count"].sum()
     np.testing.assert_array_equal(train.to_numpy(), digits.train_sizes)
-    x, y = digits.client_train(3)
+    _x, y = digits.client_train(3)
     got = counts[(counts.client == 3) & (counts.split == "train")].set_index("label")["count"]
     assert got.to_dict() == {int(k): int(v) for k, v in zip(*np.unique(y.numpy(), return_counts=True))}
 

@@ -91,3 +91,15 @@ def test_build_model_seed_is_reproducible_and_leaves_global_rng_alone():
     assert torch.equal(before, after)
     for pa, pb in zip(a.parameters(), b.parameters()):
         assert torch.equal(pa, pb)
+
+
+def test_seeded_builds_are_thread_safe():
+    from concurrent.futures import ThreadPoolExecutor
+
+    want = {s: build_model("mlp", (1, 8, 8), 10, seed=s).state_dict() for s in range(4)}
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda s: (s, build_model("mlp", (1, 8, 8), 10, seed=s).state_dict()),
+                            [s for _ in range(50) for s in range(4)]))
+    for s, sd in got:
+        for k, v in sd.items():
+            assert torch.equal(v, want[s][k])

@@ -33,6 +33,8 @@ class Algorithm:
     personalise: Callable | None = None
     # setup(sim): create algorithm state (ALA weights…) once before round 1.
     setup: Callable | None = None
+    # select(sim, t) -> clients of round t, or None for the shared draw (FedLAMA keeps one per window).
+    select: Callable | None = None
 
 
 def build_algorithm(cfg: RunConfig) -> Algorithm:

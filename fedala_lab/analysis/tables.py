@@ -6,7 +6,7 @@ overfit), so every table carries both the best and the final round.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
@@ -66,13 +66,16 @@ def format_mean_std(mean: float, std: float, digits: int = 2) -> str:
 
 def setting_label(cfg) -> str:
     """A short column name for a run's data setting, e.g. ``digits Dir(0.1)`` or ``MNIST pat(2)``."""
+    from pathlib import Path
+
     d = cfg.data
     if d.is_pfllib:
-        from pathlib import Path
-
         return Path(d.dataset[len("pfllib:"):]).name
+    pooled = d.dataset.startswith("pfllib-pool:")  # a PFLlib partition's images, partitioned afresh
     name = {"digits": "digits", "mnist": "MNIST", "fashion_mnist": "Fashion-MNIST", "cifar10": "Cifar10",
             "cifar100": "Cifar100"}.get(d.dataset, d.dataset)
+    if pooled:
+        name = Path(d.dataset[len("pfllib-pool:"):]).name + " pooled"
     part = {"iid": "IID", "pathological": f"pat({d.classes_per_client})",
             "dirichlet": f"Dir({d.beta:g})"}[d.partition]
     return f"{name} {part}"

@@ -18,6 +18,11 @@ Sources:
   unpickler of :mod:`fedala_lab.data.pfllib` (torchvision uses plain ``pickle.load``, which runs whatever
   a tampered file asks for), and md5 sums are not checked (a file is validated by its shapes instead).
   CIFAR-100 uses the 100 fine labels, as PFLlib does.
+- ``pfllib-pool:<dir>``: every train and test image of a PFLlib partition directory pooled again, so that
+  it can be partitioned afresh. The shared MNIST Dir(0.1) partition holds all 70,000 MNIST images, so
+  ``pfllib-pool:<that dir>`` with ``partition="pathological"`` gives the paper's MNIST pathological
+  setting (Table 2, Fig. 4) without torchvision's files. Order: client 0's train rows, its test rows,
+  then client 1's…, so the pool (and every partition drawn from it) is fixed by the directory.
 
 Nothing touches the network unless ``download=True``; a missing or failed download is one
 :class:`~fedala_lab.errors.DataError` that names the folder and the files expected there.
@@ -32,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import default_data_root
+from ..config import POOL_PREFIX, default_data_root
 from ..errors import ConfigError, DataError
 from .pfllib import restricted_load
 
@@ -61,14 +66,17 @@ def load_pool(name: str, *, root: str | None = None, download: bool = False,
     ``download=True`` lets torchvision fetch missing files; ``resize=k`` bilinearly resizes every image to
     k×k (e.g. 28 puts the 8×8 digits through the paper's MNIST CNN).
     """
-    if name not in SOURCES:
+    is_pool = isinstance(name, str) and name.startswith(POOL_PREFIX) and len(name) > len(POOL_PREFIX)
+    if name not in SOURCES and not is_pool:
         hint = "pfllib: directories are read with fedala_lab.data.pfllib.load_pfllib" if (
             isinstance(name, str) and name.startswith("pfllib:")) else ""
-        raise ConfigError("dataset", name, "one of " + ", ".join(SOURCES), hint)
+        raise ConfigError("dataset", name, "one of " + ", ".join(SOURCES) + " or pfllib-pool:<directory>", hint)
     if resize is not None and (not isinstance(resize, int) or isinstance(resize, bool) or resize < 1):
         raise ConfigError("resize", resize, "a positive integer (image side in pixels) or None")
     root_path = Path(root if root is not None else default_data_root()).expanduser()
-    if name == "digits":
+    if is_pool:
+        pool = pfllib_pool(name[len(POOL_PREFIX):])
+    elif name == "digits":
         pool = _digits()
     elif name in ("mnist", "fashion_mnist"):
         pool = _mnist_like(name, root_path, download)
@@ -117,6 +125,25 @@ def _digits() -> Pool:
     x = (d.images.astype(np.float32) / np.float32(16.0) * np.float32(2.0) - np.float32(1.0))[:, None]
     return Pool("digits", np.ascontiguousarray(x), d.target.astype(np.int64), 10,
                 tuple(str(int(c)) for c in d.target_names))
+
+
+# ---------------------------------------------------------------------------- pooled PFLlib partition
+
+
+def pfllib_pool(directory: str | os.PathLike) -> Pool:
+    """All images of a PFLlib partition directory as one pool (client by client, train then test).
+
+    Read with :func:`fedala_lab.data.pfllib.load_pfllib` (restricted unpickler). The images are used as
+    stored (PFLlib already scaled them to [−1, 1]).
+    """
+    from .pfllib import load_pfllib
+
+    splits = load_pfllib(directory)
+    parts = [p for i in range(splits.num_clients) for p in (splits.train[i], splits.test[i])]
+    x = np.ascontiguousarray(np.concatenate([p[0] for p in parts]), dtype=np.float32)
+    y = np.concatenate([p[1] for p in parts]).astype(np.int64)
+    return Pool(f"pool-{splits.name}", x, y, splits.num_classes,
+                tuple(str(i) for i in range(splits.num_classes)))
 
 
 # -------------------------------------------------------------------------------- MNIST-like (idx)

@@ -6,6 +6,8 @@ tensors and primitives (loadable with ``weights_only=True``).
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import torch
@@ -31,6 +33,9 @@ class Recorder:
         self.snaps: dict[str, list[torch.Tensor]] = {}  # "start/client", "end/client"
         self.snap_rounds: dict[str, list[int]] = {}
         self.capped: list[int] = []
+        # Extra tidy tables an algorithm fills through table_rows (FedLAMA's per-layer records…):
+        # name -> column -> values. Run saves each as table_<name>.csv.
+        self.tables: dict[str, dict[str, list]] = {}
 
     # -- per round ---------------------------------------------------------------------------------
 
@@ -57,6 +62,24 @@ class Recorder:
             for n, v in w.items():
                 self.ala_w.setdefault(f"{c}/{n}", []).append(v[j].detach().to("cpu", torch.float32).clone())
 
+    def table_rows(self, name: str, rows: dict) -> None:
+        """Append rows to the extra tidy table ``name`` (created on first use).
+
+        ``rows`` maps every column to one value or to equal-length values (numpy arrays, lists). The
+        first call fixes the columns; later calls must give the same ones.
+        """
+        if not re.fullmatch(r"[A-Za-z0-9_]+", name):
+            raise ValueError(f"table name {name!r}: use letters, digits and _ only (it names a file)")
+        cols = {c: np.atleast_1d(np.asarray(v)).tolist() for c, v in rows.items()}
+        lengths = {len(v) for v in cols.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"table {name!r}: columns of different lengths {sorted(lengths)}")
+        table = self.tables.setdefault(name, {c: [] for c in cols})
+        if set(table) != set(cols):
+            raise ValueError(f"table {name!r}: columns {sorted(cols)} differ from the first rows' {sorted(table)}")
+        for c, v in cols.items():
+            table[c].extend(v)
+
     def snapshot_models(self, t: int, which: str, local_params: dict[str, torch.Tensor]) -> None:
         if t < self.snapshot_from:
             return
@@ -77,6 +100,10 @@ class Recorder:
                 df[c] = df[c].astype("int64")
         return clients, rounds, ala
 
+    def table_frames(self) -> dict[str, pd.DataFrame]:
+        """The extra tables as DataFrames (columns in the order of the first rows)."""
+        return {name: pd.DataFrame(cols) for name, cols in self.tables.items()}
+
     def arrays(self) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
         for key, ws in self.ala_w.items():
@@ -95,7 +122,7 @@ class Recorder:
     def state_dict(self) -> dict:
         return {"clients": self.clients, "rounds": self.rounds, "ala": self.ala, "ala_w": self.ala_w,
                 "ala_w_rounds": self.ala_w_rounds, "snaps": self.snaps, "snap_rounds": self.snap_rounds,
-                "capped": self.capped}
+                "capped": self.capped, "tables": self.tables}
 
     def load_state_dict(self, d: dict) -> None:
         for k, v in d.items():

@@ -42,6 +42,7 @@ from .backends import BatchPlan, make_backend
 from .recorder import Recorder
 from .steps import make_eval_step, make_sgd_step
 
+SMALL_MODEL = 200_000  # parameters under which one CPU thread is the fastest and most robust choice
 EVAL_CHUNK = 256  # rows per client per evaluation step (memory, not results, depends on it)
 CHECKPOINT_FORMAT = 1
 
@@ -242,6 +243,14 @@ class Simulation:
         from tqdm.auto import tqdm
 
         cfg = self.cfg
+        threads = cfg.threads
+        if threads is None and self.device.type == "cpu" and self.param_bytes(self.param_names) < 4 * SMALL_MODEL:
+            threads = 1
+        with cpu_threads(threads):
+            return self._run(tqdm, progress, callback, checkpoint)
+
+    def _run(self, tqdm, progress, callback, checkpoint) -> Run:
+        cfg = self.cfg
         bar = tqdm(total=cfg.rounds, initial=self.round, desc=cfg.algo, unit="round", disable=not progress,
                    leave=False, dynamic_ncols=True)
         try:
@@ -265,7 +274,7 @@ class Simulation:
         cfg, algo, rec = self.cfg, self.algo, self.recorder
         n = self.num_clients
         t_start = time.perf_counter()
-        selected = self.select(t)
+        selected = algo.select(self, t) if algo.select else self.select(t)
         sel_mask = np.zeros(n, dtype=bool)
         sel_mask[selected.cpu().numpy()] = True
         everyone = torch.arange(n, device=self.device)
@@ -293,8 +302,9 @@ class Simulation:
 
         # 4. local training of the selected clients
         tic = time.perf_counter()
-        plan = self.train_plan(t, selected, epochs=None if cfg.local_steps else cfg.local_epochs,
-                               steps=cfg.local_steps)
+        # FedLAMA counts a round in SGD steps: τ0 of them unless local_steps says so (algorithms/fedlama.py)
+        steps = cfg.local_steps or (cfg.tau0 if cfg.uses_lama else None)
+        plan = self.train_plan(t, selected, epochs=None if steps else cfg.local_epochs, steps=steps)
         timings = [] if self.backend.name == "loop" else None
         trained, aux = self.run_steps(self.sgd_step, self.gather(selected), {"global": self.global_params}, plan,
                                       self.data.train_x, self.data.train_y, train=True, timings=timings)
@@ -392,7 +402,7 @@ class Simulation:
         if status == "complete" and self.round < self.cfg.rounds:
             status = "partial"
         return Run(config=self.cfg, clients=clients, rounds=rounds, ala=ala, arrays=self.recorder.arrays(),
-                   meta=meta, status=status)
+                   meta=meta, status=status, tables=self.recorder.table_frames())
 
     def state_dict(self) -> dict:
         return {
@@ -445,6 +455,24 @@ def simulate(cfg: RunConfig, data: FederatedData | None = None, *, progress: boo
     if checkpoint and resume:
         sim.load_checkpoint(checkpoint)
     return sim.run(progress=progress, callback=callback, checkpoint=checkpoint)
+
+
+class cpu_threads:
+    """Temporarily set torch's CPU threads (None: leave them as they are)."""
+
+    def __init__(self, n: int | None):
+        self.n, self.old = n, None
+
+    def __enter__(self):
+        if self.n is not None:
+            self.old = torch.get_num_threads()
+            torch.set_num_threads(self.n)
+        return self
+
+    def __exit__(self, *exc):
+        if self.old is not None:
+            torch.set_num_threads(self.old)
+        return False
 
 
 _ENV_CACHE: dict = {}

@@ -13,6 +13,10 @@ Tables (pandas, saved as CSV):
   ``loss`` (last batch, the reference's convergence signal), ``loss_mean`` (mean over the pass),
   ``start_phase``, ``capped`` (the start phase hit ``max_start_epochs`` without converging).
 
+- ``tables``: extra tidy tables an algorithm recorded (name -> DataFrame), saved as ``table_<name>.csv``;
+  FedLAMA's per-layer discrepancies, intervals and synchronisations live here (``lama_layers``,
+  ``lama_adjust``, see algorithms/fedlama.py). Empty for the other algorithms.
+
 Arrays (npz, loaded with ``allow_pickle=False``):
 
 - ``ala_w/<client>/<param>``: (recorded rounds, *param shape) ALA weights W after learning (Fig. 2), with
@@ -50,6 +54,8 @@ class Run:
     status: str = "complete"  # complete | diverged | partial
     message: str = ""
     path: Path | None = None
+    # extra tidy tables recorded by an algorithm (Recorder.table_rows): name -> DataFrame
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
 
     # -- headline numbers -------------------------------------------------------------------------
 
@@ -136,10 +142,15 @@ class Run:
         self.ala.to_csv(d / "ala.csv", index=False)
         np.savez(d / "arrays.npz", **self.arrays)
         (d / "meta.json").write_text(json.dumps(self.meta, indent=2, sort_keys=True, default=str))
+        tables = sorted(self.tables)
+        for name in tables:
+            self.tables[name].to_csv(d / f"table_{name}.csv", index=False)
         manifest = {
             "format": FORMAT_VERSION, "key": self.config.key(), "status": self.status,
             "message": self.message, "summary": self.summary(),
-            "files": ["config.json", "clients.csv", "rounds.csv", "ala.csv", "arrays.npz", "meta.json"],
+            "files": ["config.json", "clients.csv", "rounds.csv", "ala.csv", "arrays.npz", "meta.json",
+                      *(f"table_{name}.csv" for name in tables)],
+            "tables": tables,
         }
         (d / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
         return d
@@ -162,9 +173,11 @@ class Run:
 
         with np.load(d / "arrays.npz", allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
+        tables = {name: csv(f"table_{name}.csv") for name in manifest.get("tables", [])}
         return cls(config=cfg, clients=csv("clients.csv"), rounds=csv("rounds.csv"), ala=csv("ala.csv"),
                    arrays=arrays, meta=json.loads((d / "meta.json").read_text()),
-                   status=manifest.get("status", "complete"), message=manifest.get("message", ""), path=d)
+                   status=manifest.get("status", "complete"), message=manifest.get("message", ""), path=d,
+                   tables=tables)
 
     def __repr__(self) -> str:
         s = self.summary()

@@ -1,0 +1,271 @@
+"""The lecture app's default click, and eight users at once, measured against a real server (issue 6).
+
+    python benchmarks/app_click.py                       # 3 repeats, 8 users; appends to results.md
+    python benchmarks/app_click.py --users 8 --repeats 5 --no-append
+
+1. Starts ``python app.py --port <free> --store <temporary folder>`` (a fresh process and an empty run store)
+   and waits for ``/gradio_api/info``.
+2. The default Train & compare click through gradio_client, exactly what the page sends: FedAvg vs FedALA
+   on the teach settings (embedded digits, 20 clients, Dir(0.1), MLP, lr 0.1, 50 rounds). Timed: the
+   first click of the fresh server; ``--repeats`` more after deleting the two stored runs (so they are
+   computed again, in a warm process); one more with the runs in the store (cached).
+3. ``--users`` gradio_client sessions submit the click at the same moment, user i with seed i (so every
+   answer must differ). Timed: until all have answered, and each user's latency (the queue runs
+   ``--concurrency`` simulations at a time). Checked: every answer names the store's run of that user's
+   config, all run names are distinct, and each reported best/final accuracy equals an independent
+   in-process ``simulate()`` of the same config.
+4. Appends a section to benchmarks/results.md (machine, load average, versions, numbers).
+
+Timings on the shared 2-core machines depend on what else runs: the load average is reported with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+# before gradio_client is imported: no hub calls, no telemetry
+_OFFLINE = {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+for k, v in _OFFLINE.items():
+    os.environ.setdefault(k, v)
+
+ALGOS = ["fedavg", "fedala"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(store: Path, concurrency: int) -> tuple[subprocess.Popen, str, float]:
+    port = free_port()
+    log = open(store.parent / "server.log", "w")  # noqa: SIM115 - lives as long as the server
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "app.py"),
+            "--port",
+            str(port),
+            "--store",
+            str(store),
+            "--concurrency",
+            str(concurrency),
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    url = f"http://127.0.0.1:{port}"
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/gradio_api/info", timeout=2):
+                return proc, url, time.perf_counter() - t0
+        except OSError:
+            if proc.poll() is not None or time.perf_counter() - t0 > 120:
+                tail = (store.parent / "server.log").read_text()[-2000:]
+                raise SystemExit(f"app did not start: {tail}") from None
+            time.sleep(0.2)
+
+
+def rows(table: dict) -> list[dict]:
+    return [dict(zip(table["headers"], r, strict=True)) for r in table["data"]]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+def click(client, settings: dict, pid: int) -> tuple[float, float, list[dict], str]:
+    """One Train & compare click: (wall seconds, server CPU seconds, summary rows, status line).
+
+    The server's CPU seconds are what the click costs on an idle machine (a simulation uses one thread),
+    whatever else is running; the wall time is what the user waited on this machine, at this load."""
+    c0, t0 = cpu_seconds(pid), time.perf_counter()
+    *_, summary, status = client.predict(ALGOS, **settings, api_name="/train")
+    return time.perf_counter() - t0, cpu_seconds(pid) - c0, rows(summary), status
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeats", type=int, default=3, help="warm clicks computed again (default 3)")
+    ap.add_argument("--users", type=int, default=8, help="simultaneous gradio_client sessions (default 8)")
+    ap.add_argument("--concurrency", type=int, default=1, help="the app's --concurrency (default 1)")
+    ap.add_argument("--out", default=str(HERE / "results.md"))
+    ap.add_argument("--no-append", action="store_true", help="print the section, do not append it")
+    args = ap.parse_args(argv)
+
+    import gradio
+    import torch
+    from gradio_client import Client
+
+    from fedala_lab.engine.simulate import simulate
+    from fedala_lab.record.store import RunStore
+    from fedala_lab.webapp.ui import DATA_FIELDS, DEFAULTS, TRAIN_FIELDS, make_config
+
+    torch.set_num_threads(1)
+    settings = {k: DEFAULTS[k] for k in DATA_FIELDS + TRAIN_FIELDS}  # the page's defaults
+    load0 = os.getloadavg()
+    tmp = Path(tempfile.mkdtemp(prefix="fedala_app_bench_"))
+    store_dir = tmp / "runs"
+    proc, url, startup = start_server(store_dir, args.concurrency)
+    store = RunStore(store_dir)
+    out: dict = {"startup": startup}
+    try:
+        client = Client(url, verbose=False)
+        first, first_cpu, first_rows, first_status = click(client, settings, proc.pid)
+        print(
+            f"first click (fresh server): {first:.2f} s, {first_cpu:.2f} CPU s — {first_status}",
+            file=sys.stderr,
+        )
+        warm, warm_cpu, r = [], [], first_rows
+        for i in range(args.repeats):
+            for algo in ALGOS:
+                shutil.rmtree(store.dir_for(make_config(algo=algo, **settings)))
+            sec, cpu, r, status = click(client, settings, proc.pid)
+            assert {x["source"] for x in r} == {"computed"}, r
+            warm.append(sec)
+            warm_cpu.append(cpu)
+            print(
+                f"click {i + 1}/{args.repeats}, computed again: {sec:.2f} s, {cpu:.2f} CPU s — {status}",
+                file=sys.stderr,
+            )
+        out["sim_seconds"] = {x["algorithm"]: x["seconds"] for x in r}
+        cached, _, r, _ = click(client, settings, proc.pid)
+        assert {x["source"] for x in r} == {"run store"}, r
+        out["cached"] = cached
+        print(f"same settings again (run store): {cached:.3f} s", file=sys.stderr)
+
+        # N users at once, user i with seed i (seed 0 is the cached default: start at 1)
+        seeds = list(range(1, args.users + 1))
+        clients = [Client(url, verbose=False) for _ in seeds]
+
+        def user(i):
+            c, seed = clients[i], seeds[i]
+            t0 = time.perf_counter()
+            job = c.submit(ALGOS, **{**settings, "seed": seed}, api_name="/train")
+            *_, summary, _ = job.result(timeout=600)
+            return time.perf_counter() - t0, rows(summary)
+
+        c0, t0 = cpu_seconds(proc.pid), time.perf_counter()
+        with ThreadPoolExecutor(len(seeds)) as pool:
+            answers = list(pool.map(user, range(len(seeds))))
+        out["users_wall"] = time.perf_counter() - t0
+        out["users_cpu"] = cpu_seconds(proc.pid) - c0
+        out["users_latency"] = sorted(a[0] for a in answers)
+        print(f"{args.users} users at once: {out['users_wall']:.2f} s", file=sys.stderr)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    load1 = os.getloadavg()
+
+    # correctness: each answer is its own config's run, equal to an independent simulate()
+    names, checked, wrong = set(), 0, []
+    for seed, (_, answer) in zip(seeds, answers, strict=True):
+        for algo, row in zip(ALGOS, answer, strict=True):
+            cfg = make_config(algo=algo, **{**settings, "seed": seed})
+            run = store.find(cfg)
+            ref = simulate(cfg, progress=False).summary()
+            ok = (
+                run is not None
+                and row["run"] == run.path.name
+                and abs(row["best acc %"] - round(ref["best_acc"], 2)) < 1e-6
+                and abs(row["final acc %"] - round(ref["final_acc"], 2)) < 1e-6
+            )
+            checked += 1
+            names.add(row["run"])
+            if not ok:
+                wrong.append((seed, algo, row, ref))
+    distinct_acc = len({tuple(x["final acc %"] for x in a) for _, a in answers})
+    shutil.rmtree(tmp, ignore_errors=True)
+
+    med = statistics.median(warm)
+    lat = out["users_latency"]
+    sims = out["sim_seconds"]
+    cpu_med = statistics.median(warm_cpu)
+    na = "–"
+    lines = [
+        "",
+        f"## App: default Train & compare click and {args.users} simultaneous users (`app_click.py`)",
+        "",
+        (
+            f"{dt.date.today().isoformat()} · {platform.platform()} · {os.cpu_count()} CPUs · torch "
+            f"{torch.__version__} · gradio {gradio.__version__} · app `--concurrency "
+            f"{args.concurrency}`, one torch thread per simulation · load average {load0[0]:.2f} at the "
+            f"start, {load1[0]:.2f} at the end (other jobs shared the machine)."
+        ),
+        "",
+        (
+            "FedAvg vs FedALA with the page's defaults (embedded digits, 20 clients, Dir(0.1), MLP, lr 0.1, "
+            "50 rounds), through gradio_client against `python app.py` on localhost. Wall: from the request "
+            "to the answer (figures and table included), at this load. Server CPU: user + system seconds "
+            "the app's process spent on it — about the wall time on an idle machine, as a simulation uses "
+            "one thread."
+        ),
+        "",
+        "| measurement | wall s | server CPU s |",
+        "|---|---:|---:|",
+        f"| server start until `/gradio_api/info` answers (warm-up included) | {startup:.1f} | {na} |",
+        f"| first click of the fresh server (both runs computed) | {first:.2f} | {first_cpu:.2f} |",
+        (
+            f"| click, both runs computed again: median of {len(warm)} (wall min–max "
+            f"{min(warm):.2f}–{max(warm):.2f}) | {med:.2f} | {cpu_med:.2f} |"
+        ),
+        (
+            f"| … simulation seconds recorded in the last one: FedAvg / FedALA | "
+            f"{sims.get('FedAvg', float('nan')):.2f} / {sims.get('FedALA', float('nan')):.2f} | {na} |"
+        ),
+        f"| same settings again (served from the run store) | {cached:.3f} | {na} |",
+        (
+            f"| {args.users} users click at once (seeds 1–{args.users}; 2 runs each): all answered | "
+            f"{out['users_wall']:.2f} | {out['users_cpu']:.2f} |"
+        ),
+        (
+            f"| … per-user latency min / median / max | {lat[0]:.1f} / {statistics.median(lat):.1f} / "
+            f"{lat[-1]:.1f} | {na} |"
+        ),
+        "",
+        (
+            f"Correct and distinct: {checked - len(wrong)}/{checked} answers name their own config's stored "
+            "run and report the best and final accuracy of an independent in-process `simulate()` of that "
+            f"config; {len(names)} distinct run names, {distinct_acc} distinct accuracy pairs among "
+            f"{args.users} users. Target (issue 6), default click ≤ 10 s on the 2-core CPU: wall median "
+            f"{med:.2f} s at load {load0[0]:.1f} ({'met' if med <= 10 else 'not met'}), server CPU median "
+            f"{cpu_med:.2f} s ({'met' if cpu_med <= 10 else 'not met'} on an idle machine)."
+        ),
+    ]
+    if wrong:
+        lines.append(f"MISMATCHES: {json.dumps(wrong, default=str)[:2000]}")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if not args.no_append:
+        with open(args.out, "a") as fh:
+            fh.write(text)
+        print(f"appended to {args.out}", file=sys.stderr)
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

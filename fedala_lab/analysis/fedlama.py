@@ -1,0 +1,316 @@
+"""FedLAMA analysis (compute only): communication cost, δ_l / 1 − λ_l curves, interval timelines, and
+accuracy against the share of FedAvg(τ0)'s communication (the layout of the paper's Tables 1–4).
+
+    >>> runs = comparison_runs(preset("teach-fedlama"), store="runs")     # FedAvg(τ0), FedAvg(φτ0), FedLAMA
+    >>> comm_accuracy_frame(runs)                                         # one row per run
+    >>> lama_curves(runs["FedLAMA(τ0=10, φ=2)"])                          # the paper's Fig. 1 data
+
+Communication is counted as the paper does, per client: C = Σ_l dim(u_l)·κ_l parameters (κ_l = times
+layer l was averaged). For runs of other algorithms it is read from ``bytes_up`` (bytes per selected
+client per round, divided by the bytes of one parameter): FedAvg's C is rounds × model size.
+
+Which accuracy to compare. The engine evaluates every client's current model before local training. For
+FedAvg that is the global model. For FedLAMA only at the start of a φ·τ0 window are all layers freshly
+averaged; mid-window each client still holds its own copies of the long-interval layers, i.e. a partly
+*personalised* model, which on non-IID clients scores far higher on the client's own test split (on the
+teach preset ≈ 97 % mid-window against ≈ 93 % at the window starts). Comparing those numbers with
+FedAvg's would credit FedLAMA with a personalisation effect, not with its aggregation. The comparison here
+therefore reads every run at its *synchronised* rounds only and on a common grid of local SGD steps
+(multiples of φ·τ0 when FedAvg(φτ0) is in the set): same work, same kind of model. The as-evaluated
+numbers over all rounds are kept in the frame too (``best_acc_all``, ``final_acc_all``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from ..algorithms.fedlama import TABLE_ADJUST, TABLE_LAYERS
+from ..config import RunConfig
+from ..record.run import Run
+
+# --------------------------------------------------------------------------------------------------
+# per run
+
+
+def is_lama(run: Run) -> bool:
+    return run.config.uses_lama
+
+
+def _table(run: Run, name: str) -> pd.DataFrame:
+    if name not in run.tables:
+        raise KeyError(f"run {run.config.algo!r} has no {name!r} table: only FedLAMA runs record per-layer "
+                       f"synchronisation (tables: {sorted(run.tables)})")
+    return run.tables[name]
+
+
+def steps_per_round(cfg: RunConfig) -> int | None:
+    """Local SGD steps of one round (None when a round is a number of epochs: steps then vary by client)."""
+    if cfg.local_steps:
+        return int(cfg.local_steps)
+    if cfg.uses_lama:
+        return int(cfg.tau0)
+    return None
+
+
+def layer_dims(run: Run) -> pd.Series:
+    """Parameters per layer (tensor), in the model's order."""
+    shapes = run.meta["param_shapes"]
+    return pd.Series({n: int(np.prod(shapes[n])) for n in run.meta["param_names"]}, name="dim")
+
+
+def num_parameters(run: Run) -> int:
+    return int(layer_dims(run).sum())
+
+
+def per_round_comm(run: Run) -> pd.Series:
+    """Parameters each participating client sent up in each round (index: round).
+
+    FedLAMA: Σ over the layers averaged that round of dim(u_l). Others: bytes_up / selected clients /
+    bytes per parameter (FedAvg: the model size every round).
+    """
+    if is_lama(run):
+        lay = _table(run, TABLE_LAYERS)
+        return (lay["dim"] * lay["synced"].astype(bool)).groupby(lay["round"]).sum().astype(np.int64)
+    r = run.rounds.set_index("round")
+    bytes_per_param = run.meta["model_bytes"] / num_parameters(run)
+    sel = r["num_selected"].where(r["num_selected"] > 0)
+    return (r["bytes_up"] / sel / bytes_per_param).fillna(0).round().astype(np.int64)
+
+
+def communication(run: Run) -> dict:
+    """The paper's cost C (parameters per client), its share of FedAvg(τ0) over the same rounds, κ_l, bytes.
+
+    ``fedavg_cost`` is rounds × model size: what FedAvg with the same round length would send.
+    """
+    per_round = per_round_comm(run)
+    rounds = int(run.rounds["round"].max()) if len(run.rounds) else 0
+    p = num_parameters(run)
+    out = {
+        "cost": int(per_round.sum()), "fedavg_cost": rounds * p, "rounds": rounds, "num_parameters": p,
+        "bytes_up": int(run.rounds["bytes_up"].sum()), "bytes_down": int(run.rounds["bytes_down"].sum()),
+    }
+    out["percent_of_fedavg"] = 100.0 * out["cost"] / out["fedavg_cost"] if out["fedavg_cost"] else float("nan")
+    if is_lama(run):
+        lay = _table(run, TABLE_LAYERS)
+        out["kappa"] = lay.groupby("layer", sort=False)["synced"].sum().astype(int).to_dict()
+    return out
+
+
+def discrepancy_frame(run: Run) -> pd.DataFrame:
+    """Tidy unit discrepancies d_l at every synchronisation: round, step, layer, interval, d."""
+    lay = _table(run, TABLE_LAYERS)
+    return lay[lay["synced"].astype(bool)][["round", "step", "layer", "interval", "d"]].reset_index(drop=True)
+
+
+def interval_timeline(run: Run) -> pd.DataFrame:
+    """Interval τ_l (steps) per layer (rows, model order) and round (columns)."""
+    lay = _table(run, TABLE_LAYERS)
+    wide = lay.pivot(index="layer", columns="round", values="interval")
+    return wide.reindex([n for n in run.meta["param_names"] if n in wide.index])
+
+
+def adjustment_rounds(run: Run) -> list[int]:
+    return sorted(int(r) for r in _table(run, TABLE_ADJUST)["round"].unique())
+
+
+def lama_curves(run: Run, round_: int | None = None) -> pd.DataFrame:
+    """δ_l and 1 − λ_l against l, the number of lowest-discrepancy layers given the long interval (Fig. 1).
+
+    From the re-assignment at ``round_`` (the last one if None; the latest at or before it otherwise).
+    Columns: round, n_long (l = 0…L; l = 0 is δ = 0, 1 − λ = 1), layer (the l-th layer added, "" for 0),
+    dim, d, delta, one_minus_lambda, long (that layer was given φ·τ0).
+    """
+    adj = _table(run, TABLE_ADJUST)
+    rounds = adjustment_rounds(run)
+    if not rounds:
+        raise KeyError("no interval re-assignment recorded (the run is shorter than φ rounds)")
+    if round_ is None:
+        r = rounds[-1]
+    else:
+        earlier = [x for x in rounds if x <= round_]
+        if not earlier:
+            raise KeyError(f"no interval re-assignment at or before round {round_} (first: {rounds[0]})")
+        r = earlier[-1]
+    rows = adj[adj["round"] == r].sort_values("rank")
+    zero = pd.DataFrame({"round": [r], "rank": [0], "layer": [""], "dim": [0], "d": [np.nan], "delta": [0.0],
+                         "one_minus_lambda": [1.0], "long": [False], "interval": [np.nan]})
+    out = pd.concat([zero, rows], ignore_index=True).rename(columns={"rank": "n_long"})
+    out["long"] = out["long"].astype(bool)
+    return out[["round", "n_long", "layer", "dim", "d", "delta", "one_minus_lambda", "long"]]
+
+
+# --------------------------------------------------------------------------------------------------
+# accuracy on a common footing
+
+
+def synced_rounds(run: Run) -> np.ndarray:
+    """Rounds whose evaluation saw fully synchronised models: FedLAMA's window starts ((t − 1) mod φ = 0),
+    every round for the other algorithms."""
+    r = run.rounds["round"].to_numpy()
+    if is_lama(run):
+        return r[(r - 1) % run.config.phi == 0]
+    return r
+
+
+def step_accuracy(run: Run, *, synced_only: bool = True) -> pd.Series:
+    """Pooled accuracy (fraction) indexed by the local SGD steps done before the evaluation ((t − 1)·steps)."""
+    spr = steps_per_round(run.config)
+    if spr is None:
+        raise ValueError(f"run {run.config.algo!r} counts rounds in epochs; a step axis needs local_steps")
+    acc = run.acc
+    if synced_only:
+        acc = acc[acc.index.isin(synced_rounds(run))]
+    return pd.Series(acc.to_numpy(), index=(acc.index.to_numpy() - 1) * spr, name=acc.name)
+
+
+def _common_steps(series: list[pd.Series]) -> np.ndarray:
+    common = None
+    for s in series:
+        idx = set(s.index.tolist())
+        common = idx if common is None else common & idx
+    return np.array(sorted(common or ()), dtype=np.int64)
+
+
+def run_label(run: Run) -> str:
+    """FedAvg(τ0=10), FedLAMA(τ0=10, φ=2), FedLAMA+ALA(…), FedALA(τ0=10)… from the config."""
+    cfg = run.config
+    spr = steps_per_round(cfg)
+    names = {"fedavg": "FedAvg", "fedprox": "FedProx", "fedala": "FedALA", "fedavg+ala": "FedALA",
+             "fedprox+ala": "FedProx+ALA", "fedlama": "FedLAMA", "fedlama+ala": "FedLAMA+ALA"}
+    name = names.get(cfg.algo, cfg.algo)
+    if cfg.uses_lama:
+        return f"{name}(τ0={cfg.tau0}, φ={cfg.phi})"
+    return f"{name}({spr} steps)" if spr else name
+
+
+def _reference(runs: Mapping[str, Run], reference: str | None) -> str:
+    if reference is not None:
+        if reference not in runs:
+            raise KeyError(f"reference {reference!r} is not one of the runs: {list(runs)}")
+        return reference
+    plain = [(steps_per_round(r.config) or 0, k) for k, r in runs.items()
+             if r.config.algo == "fedavg" and steps_per_round(r.config)]
+    if not plain:
+        raise ValueError("no FedAvg run with local_steps among the runs; pass reference= (the FedAvg(τ0) run)")
+    return min(plain)[1]
+
+
+def _as_mapping(runs: Mapping[str, Run] | Iterable[Run]) -> dict[str, Run]:
+    if isinstance(runs, Mapping):
+        return dict(runs)
+    out: dict[str, Run] = {}
+    for r in runs:
+        label = run_label(r)
+        while label in out:
+            label += "'"
+        out[label] = r
+    return out
+
+
+def comm_accuracy_frame(runs: Mapping[str, Run] | Iterable[Run], *, reference: str | None = None) -> pd.DataFrame:
+    """One row per run: communication and accuracy, the layout of the paper's Tables 1–4.
+
+    ``runs``: {label: Run} (as from :func:`comparison_runs`) or Runs (labelled by :func:`run_label`).
+    ``reference``: the label of FedAvg(τ0) (default: the FedAvg run with the fewest steps per round).
+    Columns: label, algo, steps_per_round, tau0, phi, rounds, total_steps, comm (C, parameters per client),
+    comm_pct (% of the reference's C), bytes_up, bytes_down, best_acc / final_acc (%, on the steps all
+    runs share, synchronised rounds only), final_step, best_acc_all / final_acc_all (% as evaluated, all
+    rounds).
+    """
+    runs = _as_mapping(runs)
+    ref = _reference(runs, reference)
+    accs = {k: step_accuracy(r) for k, r in runs.items()}
+    common = _common_steps(list(accs.values()))
+    ref_cost = communication(runs[ref])["cost"]
+    rows = []
+    for k, r in runs.items():
+        cfg, com = r.config, communication(r)
+        spr = steps_per_round(cfg)
+        a = accs[k]
+        on_grid = a[a.index.isin(common)] if len(common) else a
+        rows.append({
+            "label": k, "algo": cfg.algo, "steps_per_round": spr,
+            "tau0": cfg.tau0 if cfg.uses_lama else spr, "phi": cfg.phi if cfg.uses_lama else 1,
+            "rounds": com["rounds"], "total_steps": com["rounds"] * spr, "comm": com["cost"],
+            "comm_pct": 100.0 * com["cost"] / ref_cost if ref_cost else float("nan"),
+            "bytes_up": com["bytes_up"], "bytes_down": com["bytes_down"],
+            "best_acc": 100 * float(on_grid.max()) if len(on_grid) else float("nan"),
+            "final_acc": 100 * float(on_grid.iloc[-1]) if len(on_grid) else float("nan"),
+            "final_step": int(on_grid.index[-1]) if len(on_grid) else -1,
+            "best_acc_all": 100 * r.best_acc, "final_acc_all": 100 * r.final_acc,
+            "reference": k == ref,
+        })
+    return pd.DataFrame(rows)
+
+
+def comm_accuracy_curves(runs: Mapping[str, Run] | Iterable[Run], *, reference: str | None = None) -> pd.DataFrame:
+    """Tidy accuracy against cumulative communication: label, round, step, comm_pct, acc (%), synced.
+
+    ``comm_pct`` is what the clients had sent before that round's evaluation, in % of the reference's total
+    C. Only synchronised rounds are kept (see the module docstring).
+    """
+    runs = _as_mapping(runs)
+    ref = _reference(runs, reference)
+    ref_cost = communication(runs[ref])["cost"]
+    frames = []
+    for k, r in runs.items():
+        cum = per_round_comm(r).sort_index().cumsum()
+        before = cum.shift(1, fill_value=0)  # sent before round t's evaluation
+        acc = step_accuracy(r)
+        rounds = acc.index.to_numpy() // steps_per_round(r.config) + 1
+        frames.append(pd.DataFrame({
+            "label": k, "round": rounds, "step": acc.index.to_numpy(),
+            "comm_pct": 100.0 * before.reindex(rounds).to_numpy() / ref_cost, "acc": 100 * acc.to_numpy(),
+        }))
+    return pd.concat(frames, ignore_index=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# the comparison protocol (FedLAMA's Tables 1–4): same local steps, three ways to synchronise
+
+
+def comparison_configs(base: RunConfig, *, tau0: int | None = None, phi: int | None = None,
+                       with_ala: bool = False) -> dict[str, RunConfig]:
+    """FedAvg(τ0), FedAvg(φτ0) and FedLAMA(τ0, φ) on ``base``'s data and hyper-parameters.
+
+    All three do the same local SGD steps in all: FedAvg(φτ0) runs (rounds − 1) // φ + 1 rounds of φ·τ0
+    steps, so its evaluations fall on the steps where FedLAMA's model is fully synchronised. ``with_ala``
+    adds FedALA(τ0) (ALA on FedAvg(τ0)) and FedLAMA+ALA(τ0, φ).
+    """
+    tau0 = base.tau0 if tau0 is None else tau0
+    phi = base.phi if phi is None else phi
+    rounds_long = (base.rounds - 1) // phi + 1
+    cfgs = {
+        f"FedAvg(τ0={tau0})": base.replace(algo="fedavg", local_steps=tau0),
+        f"FedAvg(φτ0={phi * tau0})": base.replace(algo="fedavg", local_steps=phi * tau0, rounds=rounds_long),
+        f"FedLAMA(τ0={tau0}, φ={phi})": base.replace(algo="fedlama", tau0=tau0, phi=phi, local_steps=tau0),
+    }
+    if with_ala:
+        cfgs[f"FedALA(τ0={tau0})"] = base.replace(algo="fedala", local_steps=tau0)
+        cfgs[f"FedLAMA+ALA(τ0={tau0}, φ={phi})"] = base.replace(algo="fedlama+ala", tau0=tau0, phi=phi,
+                                                                 local_steps=tau0)
+    return cfgs
+
+
+def comparison_runs(base: RunConfig, *, tau0: int | None = None, phi: int | None = None, with_ala: bool = False,
+                    store=None, progress: bool = False, data=None) -> dict[str, Run]:
+    """Run (or load from ``store``) the configs of :func:`comparison_configs`; {label: Run}.
+
+    ``store``: a RunStore, a folder, or None (simulate without saving).
+    """
+    from ..engine.simulate import simulate
+    from ..record.store import RunStore
+
+    cfgs = comparison_configs(base, tau0=tau0, phi=phi, with_ala=with_ala)
+    if data is None:
+        from ..data.federated import FederatedData
+        from ..engine.simulate import resolve_device
+
+        data = FederatedData.from_config(base.data, resolve_device(base.device))
+    if store is None:
+        return {k: simulate(c, data, progress=progress) for k, c in cfgs.items()}
+    st = store if isinstance(store, RunStore) else RunStore(store)
+    return {k: st.get_or_run(c, data=data, progress=progress) for k, c in cfgs.items()}

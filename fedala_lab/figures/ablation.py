@@ -1,0 +1,90 @@
+"""ALA's hyper-parameters s and p (the paper's Tables 1 and 6) as plots.
+
+    >>> AblationDisplay.from_runs(runs, param="s")   # accuracy vs s; ALA seconds per round vs s
+    >>> AblationDisplay.from_runs(runs, param="p")   # accuracy vs p; number of ALA weights vs p
+
+Left panel: best-round and final-round accuracy (mean over seeds, error bars = std). Right panel: the
+cost of the setting — the number of ALA weights for p (log scale; Table 6), the time ALA takes per round
+for s (Table 1 reports accuracy against s, and the text its cost).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..analysis.ablation import ablation_frame
+from ..errors import ConfigError
+from .base import Display
+
+_PARAM_LABEL = {"p": "p (top blocks with ALA weights)", "s": "s (% of local data used to learn W)",
+                "eta": "η (ALA weight learning rate)", "threshold": "start-phase threshold"}
+
+
+class AblationDisplay(Display):
+    def __init__(self, frame: pd.DataFrame, param: str, *, title: str | None = None):
+        if param not in frame.columns:
+            raise ConfigError("param", param, f"a column of the ablation frame ({', '.join(frame.columns)})")
+        self.frame_ = frame
+        self.param = param
+        self.title = title
+
+    @classmethod
+    def from_runs(cls, runs, param: str = "p", ax=None, *, title: str | None = None):
+        return cls(ablation_frame(runs, param), param, title=title).plot(ax=ax)
+
+    def plot(self, ax=None):
+        """Two panels (accuracy; cost). ``ax``: None, or a pair of axes."""
+        if ax is None:
+            from matplotlib.figure import Figure
+
+            fig = Figure(figsize=(9.0, 3.8), layout="constrained")
+            axes = fig.subplots(1, 2)
+        else:
+            axes = list(np.ravel(ax))
+            if len(axes) != 2:
+                raise ValueError("AblationDisplay draws two panels: pass two axes (accuracy, cost)")
+            fig = axes[0].figure
+        df = self.frame_
+        x = df[self.param].to_numpy(dtype=float)
+        a0, a1 = axes
+        self.errorbars_ = []
+        for kind, colour, marker in (("best", "tab:blue", "o"), ("final", "tab:gray", "s")):
+            std = df[f"{kind}_std"].to_numpy(dtype=float)
+            eb = a0.errorbar(x, df[f"{kind}_mean"], yerr=np.nan_to_num(std), fmt=f"-{marker}", ms=4,
+                             capsize=3, color=colour, label=f"{kind} round")
+            self.errorbars_.append(eb)
+        if self.param == "s":
+            a0.set_xscale("log")
+            a0.set_xticks(x, [f"{v:g}" for v in x])
+            a0.minorticks_off()
+        else:
+            a0.set_xticks(x, [f"{v:g}" for v in x])
+        a0.set_xlabel(_PARAM_LABEL.get(self.param, self.param))
+        a0.set_ylabel("test accuracy (%)")
+        n = df["n_seeds"]
+        a0.set_title(f"Accuracy, mean ± std over {int(n.min())}" + ("" if n.min() == n.max() else f"–{int(n.max())}")
+                     + " seed(s)", fontsize=10)
+        a0.grid(True, alpha=0.3)
+        a0.legend(frameon=False, fontsize=8)
+
+        if self.param == "p" and "ala_weights" in df:
+            self.cost_ = a1.bar([f"{int(v)}" for v in x], df["ala_weights"], color="tab:blue", alpha=0.75)
+            a1.set_yscale("log")
+            a1.set_ylabel("number of ALA weights (log scale)")
+            for xi, v in enumerate(df["ala_weights"]):
+                a1.annotate(f"{int(v):,}", (xi, v), ha="center", va="bottom", fontsize=8)
+            a1.set_title("Weights ALA learns", fontsize=10)
+        else:
+            self.cost_ = a1.plot(x, 1000 * df["ala_seconds"], "-o", ms=4, color="tab:orange")[0]
+            if self.param == "s":
+                a1.set_xscale("log")
+                a1.set_xticks(x, [f"{v:g}" for v in x])
+                a1.minorticks_off()
+            a1.set_ylabel("ALA time per round (ms, all clients)")
+            a1.set_title("Cost of ALA", fontsize=10)
+        a1.set_xlabel(_PARAM_LABEL.get(self.param, self.param))
+        a1.grid(True, alpha=0.3)
+        fig.suptitle(self.title or f"Ablation of {self.param}", fontsize=11)
+        self.figure_, self.ax_ = fig.get_figure(root=True), np.asarray(axes)
+        return self

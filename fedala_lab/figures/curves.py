@@ -1,0 +1,62 @@
+"""Accuracy (or any per-round metric) over rounds, one line per run.
+
+    >>> disp = AccuracyCurveDisplay.from_runs([fedavg_run, fedala_run])
+    >>> disp.curves_          # tidy label, round, value (what was drawn)
+    >>> disp.lines_           # one Line2D per run
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ..analysis.curves import ROUND_METRICS, accuracy_curves
+from .base import Display, new_axes
+
+# One colour per method across every figure (FedAvg black and FedALA blue, as in the paper's Fig. 4).
+METHOD_COLOURS = {
+    "FedAvg": "black", "FedALA": "tab:blue", "FedAvg+ALA": "tab:blue", "FedProx": "tab:orange",
+    "FedProx+ALA": "tab:red", "FedAvg-C": "tab:green", "FedProx-C": "tab:olive", "Local": "tab:gray",
+    "FedLAMA": "tab:purple", "FedLAMA+ALA": "tab:pink",
+}
+
+
+METHOD_STYLES = {"FedAvg": "-", "FedProx": "--", "FedAvg-C": "-.", "FedProx-C": ":", "FedALA": "-",
+                 "FedAvg+ALA": "-", "FedProx+ALA": "--", "Local": ":"}
+_STYLES = ("-", "--", "-.", ":")
+
+
+def colour_for(label: str, i: int) -> str:
+    """The method's colour if ``label`` names one, else the i-th colour of the default cycle."""
+    return METHOD_COLOURS.get(label, f"C{i % 10}")
+
+
+class AccuracyCurveDisplay(Display):
+    """Per-round curves of one metric (``acc`` in %, losses as they are), one line per run."""
+
+    def __init__(self, curves: pd.DataFrame, metric: str = "acc", title: str | None = None):
+        self.curves_ = curves
+        self.metric = metric
+        self.title = title
+
+    @classmethod
+    def from_runs(cls, runs, metric: str = "acc", ax=None, *, labels=None, title: str | None = None):
+        """Compute the curves of ``runs`` (labels: a list, a {run: label} dict, or the algorithm names)."""
+        return cls(accuracy_curves(runs, metric, labels), metric, title).plot(ax=ax)
+
+    def plot(self, ax=None):
+        fig, ax = new_axes(ax, figsize=(6.4, 4.0))
+        self.lines_ = []
+        for i, (label, df) in enumerate(self.curves_.groupby("label", sort=False)):
+            # a style per method too, so runs that coincide (FedProx with a tiny μ and FedAvg) stay visible
+            (line,) = ax.plot(df["round"], df["value"], ls=METHOD_STYLES.get(label, _STYLES[i % len(_STYLES)]),
+                              marker="o" if len(df) <= 30 else None, ms=3, lw=1.4, color=colour_for(label, i),
+                              label=str(label))
+            self.lines_.append(line)
+        ax.set_xlabel("round")
+        ax.set_ylabel(ROUND_METRICS[self.metric][0])
+        ax.grid(True, alpha=0.3)
+        if self.lines_:
+            ax.legend(frameon=False)
+        ax.set_title(self.title or f"{ROUND_METRICS[self.metric][0].split(' (')[0]} per round")
+        self.figure_, self.ax_ = fig.get_figure(root=True), ax
+        return self

@@ -1,0 +1,109 @@
+"""Accuracy tables in the paper's layout (Tables 2 and 7), as a DataFrame, Markdown, LaTeX or a figure.
+
+    >>> t = AccuracyTable.from_runs(runs)                  # rows: methods; columns: settings (best, final)
+    >>> t.frame_                                           # "mean ± std" strings (%)
+    >>> t.stats_                                           # the numbers behind them
+    >>> print(t.to_markdown()); print(t.to_latex())
+    >>> AccuracyTable.from_applicability(runs)             # ALA added to FedAvg and FedProx, with the gain
+
+The paper reports the best round's pooled accuracy, mean ± std over 5 runs; we show the final round's
+too (``which="both"``), since the best round flatters methods that overfit (SPEC §2).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ..analysis.ablation import applicability_frame
+from ..analysis.curves import algo_name
+from ..analysis.tables import (
+    accuracy_table,
+    format_mean_std,
+    frame_to_latex,
+    frame_to_markdown,
+    layout_table,
+    runs_frame,
+    setting_label,
+)
+from .base import Display, new_axes
+
+
+class AccuracyTable(Display):
+    """A table of text cells (``frame_``) with the numbers it came from (``stats_``)."""
+
+    def __init__(self, frame: pd.DataFrame, stats: pd.DataFrame | None = None, *, title: str | None = None,
+                 caption: str | None = None):
+        self.frame_ = frame
+        self.stats_ = stats
+        self.title = title
+        self.caption = caption
+
+    @classmethod
+    def from_runs(cls, runs, by=("algo",), *, which: str = "both", digits: int = 2, title: str | None = None,
+                  ax=None, plot: bool = True):
+        """Group ``runs`` by ``by`` (+ their data setting) and lay them out: rows = the ``by`` values
+        (method names), columns = settings (dataset and partition), cells = mean ± std over seeds."""
+        runs = list(runs)
+        by = list(by)
+        extra = [c for c in by if c not in ("algo", "dataset", "partition", "beta", "num_clients", "rounds",
+                                            "seed")]
+        df = runs_frame(runs, extra)
+        df["setting"] = [setting_label(r.config) for r in runs]
+        stats = accuracy_table(df, by=[*by, "setting"])
+        if len(by) == 1:
+            stats["row"] = stats[by[0]].map(lambda v: algo_name(v) if by[0] == "algo" else f"{by[0]}={v}")
+        else:
+            stats["row"] = stats[by].astype(str).agg(", ".join, axis=1)
+        frame = layout_table(stats, rows="row", columns="setting", which=which, digits=digits)
+        frame.index.name = "method" if by == ["algo"] else ", ".join(by)
+        n = stats["n_seeds"]
+        seeds = f"{int(n.min())}" if n.min() == n.max() else f"{int(n.min())}–{int(n.max())}"
+        cap = (f"Test accuracy (%), pooled over clients, mean ± std over {seeds} seed(s); best round "
+               f"and final round.")
+        t = cls(frame, stats, title=title or "Test accuracy (%)", caption=cap)
+        return t.plot(ax=ax) if plot else t
+
+    @classmethod
+    def from_applicability(cls, runs, *, which: str = "best", digits: int = 2, title: str | None = None,
+                           ax=None, plot: bool = True):
+        """ALA added to FedAvg and FedProx: base accuracy, with ALA, and the gain (percentage points)."""
+        stats = applicability_frame(runs, which=which)
+        frame = pd.DataFrame({
+            "base": [format_mean_std(m, s, digits) for m, s in zip(stats["base_mean"], stats["base_std"])],
+            "+ALA": [format_mean_std(m, s, digits) for m, s in zip(stats["ala_mean"], stats["ala_std"])],
+            "gain": [f"{g:+.{digits}f}" for g in stats["gain"]],
+        }, index=pd.Index([algo_name(b) for b in stats["base"]], name="method"))
+        cap = (f"ALA added to a base method: test accuracy (%) at the {which} round, mean ± std over "
+               f"{int(stats['n_seeds'].min())} seed(s), and the gain in percentage points.")
+        t = cls(frame, stats, title=title or "Applicability of ALA", caption=cap)
+        return t.plot(ax=ax) if plot else t
+
+    def to_markdown(self) -> str:
+        """GitHub Markdown (no optional dependency)."""
+        out = frame_to_markdown(self.frame_)
+        return (f"{out}\n{self.caption}\n") if self.caption else out
+
+    def to_latex(self, label: str | None = None) -> str:
+        """A booktabs table (``\\usepackage{booktabs}``)."""
+        return frame_to_latex(self.frame_, caption=self.caption, label=label)
+
+    def plot(self, ax=None):
+        nrows, ncols = self.frame_.shape
+        fig, ax = new_axes(ax, figsize=(min(2.0 + 1.8 * ncols, 16), 0.9 + 0.32 * (nrows + 1)))
+        ax.set_axis_off()
+        cells = self.frame_.astype(str).to_numpy().tolist()
+        self.table_ = ax.table(cellText=cells, rowLabels=[str(i) for i in self.frame_.index],
+                               colLabels=[str(c) for c in self.frame_.columns], loc="center", cellLoc="center")
+        self.table_.auto_set_font_size(False)
+        self.table_.set_fontsize(9)
+        self.table_.scale(1.0, 1.35)
+        for (r, c), cell in self.table_.get_celld().items():
+            if r == 0 or c == -1:
+                cell.set_text_props(weight="bold")
+                cell.set_facecolor("#eef2f7")
+        ax.set_title(self.title, fontsize=11)
+        if self.caption:
+            ax.text(0.5, 0.0, self.caption, transform=ax.transAxes, ha="center", va="top", fontsize=7.5,
+                    wrap=True, color="0.3")
+        self.figure_, self.ax_ = fig.get_figure(root=True), ax
+        return self

@@ -1,0 +1,107 @@
+"""Fig. 4: local trajectories of one client on its local loss surface, FedAvg vs FedALA.
+
+    >>> disp = TrajectoryDisplay.from_runs(fedavg_run, fedala_run, client=4, rounds=(25, 50))
+    >>> disp.landscape_.summary()         # final local loss of each run, off-plane residuals
+    >>> TrajectoryDisplay(landscape).plot()                  # draw precomputed data (fast, for the app)
+
+Drawn as in the paper: contours of the client's local loss on the plane of the two principal
+components of all recorded local models (axes "C1: xx.xx %" with the explained variance); a red circle
+marks each round's start (the model after local initialisation), a green square its end (after local
+training); arrows join them in order (FedAvg black, FedALA blue). The models lie off the plane, so the
+contour under a marker is not its loss: the legend gives each run's true final local loss and the
+largest distance of its models from the plane (see :mod:`fedala_lab.analysis.landscape`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..analysis.landscape import Landscape, compute_landscape
+from .base import Display, new_axes
+from .curves import colour_for
+
+
+class TrajectoryDisplay(Display):
+    def __init__(self, landscape: Landscape, *, title: str | None = None):
+        self.landscape_ = landscape
+        self.title = title
+
+    @classmethod
+    def from_runs(cls, fedavg_run, fedala_run, client: int, *, grid: int = 21, rounds=None,
+                  num_samples: int | None = 256, margin: float = 0.2, labels=("FedAvg", "FedALA"),
+                  landscape: Landscape | None = None, device="cpu", progress: bool = False, ax=None,
+                  title: str | None = None):
+        """Compute the landscape (unless ``landscape`` is given) and draw it.
+
+        ``rounds``: (first, last) window of snapshot rounds (default: all recorded). ``grid``: points per
+        axis; the surface costs grid² forward passes of ``num_samples`` rows (a 21×21 grid of the teach
+        MLP takes about a second on a laptop CPU).
+        """
+        if landscape is None:
+            landscape = compute_landscape({labels[0]: fedavg_run, labels[1]: fedala_run}, client, rounds=rounds,
+                                          grid=grid, margin=margin, num_samples=num_samples, device=device,
+                                          progress=progress)
+        return cls(landscape, title=title).plot(ax=ax)
+
+    def plot(self, ax=None, *, levels: int = 14, cmap: str = "viridis"):
+        ls = self.landscape_
+        fig, ax = new_axes(ax, figsize=(6.6, 5.8))
+        z = ls.loss
+        zmin, zmax = float(np.nanmin(z)), float(np.nanmax(z))
+        if zmin > 0 and zmax / zmin > 20:  # a deep valley: log-spaced levels show both rim and floor
+            from matplotlib.colors import LogNorm
+
+            lv = np.geomspace(zmin, zmax, levels + 1)
+            norm = LogNorm(zmin, zmax)
+        else:
+            lv = np.linspace(zmin, zmax if zmax > zmin else zmin + 1e-9, levels + 1)
+            norm = None
+        X, Y = np.meshgrid(ls.xs, ls.ys)
+        self.contourf_ = ax.contourf(X, Y, z, levels=lv, cmap=cmap, norm=norm, alpha=0.85)
+        self.contour_ = ax.contour(X, Y, z, levels=lv, colors="white", linewidths=0.5, alpha=0.6)
+        self.colorbar_ = fig.colorbar(self.contourf_, ax=ax, label=f"local loss of client {ls.client} "
+                                                                  f"({ls.split}, {ls.num_samples} samples)")
+        self.colorbar_.ax.yaxis.set_major_formatter(_plain_formatter())
+        self.colorbar_.ax.yaxis.set_minor_formatter(_plain_formatter())
+
+        self.arrows_, self.start_markers_, self.end_markers_ = [], [], []
+        for i, t in enumerate(ls.trajectories):
+            c = colour_for(t.label, i)
+            p = t.path()
+            d = np.diff(p, axis=0)
+            q = ax.quiver(p[:-1, 0], p[:-1, 1], d[:, 0], d[:, 1], angles="xy", scale_units="xy", scale=1,
+                          color=c, width=0.004, headwidth=4, headlength=5, headaxislength=4.5, zorder=3,
+                          label=f"{t.label} (final local loss {t.end_loss[-1]:.3g}, "
+                                f"off-plane ≤ {max(t.start_residual.max(), t.end_residual.max()):.2g})")
+            self.arrows_.append(q)
+            s = ax.scatter(t.start_xy[:, 0], t.start_xy[:, 1], s=26, marker="o", facecolors="tab:red",
+                           edgecolors=c, linewidths=0.8, zorder=4)
+            e = ax.scatter(t.end_xy[:, 0], t.end_xy[:, 1], s=26, marker="s", facecolors="tab:green",
+                           edgecolors=c, linewidths=0.8, zorder=4)
+            self.start_markers_.append(s)
+            self.end_markers_.append(e)
+        # legend: one entry per run (arrow colour) and one per marker meaning
+        from matplotlib.lines import Line2D
+
+        handles = [Line2D([], [], color=colour_for(t.label, i), lw=2, label=q.get_label())
+                   for i, (t, q) in enumerate(zip(ls.trajectories, self.arrows_))]
+        handles += [Line2D([], [], ls="", marker="o", color="tab:red", label="start of round (initialised)"),
+                    Line2D([], [], ls="", marker="s", color="tab:green", label="end of round (trained)")]
+        # below the axes: inside, it would hide the trajectories it explains
+        self.legend_ = ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.11), ncol=2,
+                                 fontsize=7.5, frameon=False)
+        ev = ls.explained_variance
+        ax.set_xlabel(f"C1: {100 * ev[0]:.2f} %")
+        ax.set_ylabel(f"C2: {100 * ev[1]:.2f} %")
+        ax.set_xlim(ls.xs[0], ls.xs[-1])
+        ax.set_ylim(ls.ys[0], ls.ys[-1])
+        ax.set_title(self.title or f"Local trajectory of client {ls.client}, rounds {ls.rounds[0]}–{ls.rounds[1]} "
+                                   f"(origin: last {ls.anchor_label} model)", fontsize=10)
+        self.figure_, self.ax_ = fig.get_figure(root=True), ax
+        return self
+
+
+def _plain_formatter():
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda v, _pos: f"{v:.3g}")

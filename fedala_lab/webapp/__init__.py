@@ -1,0 +1,140 @@
+"""The lecture app: a Gradio page to click through FedAvg, FedProx, FedALA and FedLAMA in front of a class.
+
+    python app.py                     # from a checkout (or: make app)
+    fedala-lab app --port 7861        # from an installed package
+
+It listens on 127.0.0.1:7860 by default, creates no public link unless ``--share`` is given, sends no
+analytics and fetches nothing from the network: the defaults run on scikit-learn's embedded 8×8 digits.
+Runs are cached in a run store of the app's own (``$FEDALA_LAB_APP_RUNS`` or ``./runs/app``), so the same
+settings again are instant; the Runs tab reads only that store.
+
+This module stays light (the CLI imports it for ``--help``); Gradio is imported by :mod:`.ui` only when
+the app is built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 7860
+# Simulations run in the server's worker threads, one at a time by default; more clicks wait in the queue.
+# Why one: on a laptop CPU a second thread gains little — two teach FedALA runs took 5.7–6.3 s in two
+# threads vs 6.3–6.7 s one after the other (loaded 2-core machine), as small models are bound by Python's
+# per-step overhead. `--concurrency 2` is safe (model construction is serialised in models.build_model).
+DEFAULT_CONCURRENCY = 1
+
+
+def offline_env() -> None:
+    """Keep Gradio and the Hugging Face hub client quiet: no telemetry, no version checks, no hub calls.
+
+    Both libraries read these variables when imported, so this runs before the first ``import gradio``.
+    ``setdefault``: a user who wants otherwise can still say so in the environment.
+    """
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+
+def default_store_root() -> Path:
+    """``$FEDALA_LAB_APP_RUNS`` or ``./runs/app``: kept apart from the CLI's ``./runs`` on purpose, so the
+    Runs tab shows (and can reach) only what the app itself computed."""
+    return Path(os.environ.get("FEDALA_LAB_APP_RUNS", os.path.join("runs", "app")))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help=f"address to listen on (default {DEFAULT_HOST}: this machine only)",
+    )
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    p.add_argument(
+        "--share",
+        action="store_true",
+        help="also create a public gradio.live link (off by default; needs the network)",
+    )
+    p.add_argument(
+        "--store",
+        default=None,
+        help="run store folder of the app (default: $FEDALA_LAB_APP_RUNS or ./runs/app)",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=DEFAULT_CONCURRENCY,
+        help=f"simulations running at once; further clicks wait in the queue (default {DEFAULT_CONCURRENCY})",
+    )
+
+
+def add_subcommand(sub) -> None:
+    """Register ``fedala-lab app`` (called by :func:`fedala_lab.cli.build_parser`)."""
+    p = sub.add_parser("app", help="start the lecture app (Gradio) on http://127.0.0.1:7860")
+    add_arguments(p)
+    p.set_defaults(func=cmd_app)
+
+
+def cmd_app(args) -> int:
+    launch(host=args.host, port=args.port, share=args.share, store=args.store, concurrency=args.concurrency)
+    return 0
+
+
+def launch(
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    share: bool = False,
+    store=None,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    prevent_thread_lock: bool = False,
+    quiet: bool = False,
+):
+    """Build the app and serve it (blocks until Ctrl-C unless ``prevent_thread_lock``)."""
+    from ..errors import ConfigError
+
+    if not 1 <= port <= 65535:
+        raise ConfigError("port", port, "an integer from 1 to 65535")
+    if concurrency < 1:
+        raise ConfigError("concurrency", concurrency, "an integer >= 1")
+    offline_env()
+    import torch
+
+    # Small models and several users at once: one thread per simulation is fastest and does not
+    # oversubscribe the cores (PERFORMANCE.md: a busy neighbour makes multi-threaded steps 6–37× slower).
+    torch.set_num_threads(1)
+    from .ui import build_app, launch_kwargs, warm_up
+
+    demo = build_app(store=store, concurrency=concurrency)
+    # Before serving: partition the default data and trace the engine's first steps, so the lecturer's
+    # first click does not pay for them (≈ 3 s on a laptop CPU). Nothing is stored. Not in a background
+    # thread: it would build a model while a first click may build another (see DEFAULT_CONCURRENCY).
+    warm_up()
+    demo.launch(
+        server_name=host,
+        server_port=port,
+        share=share,
+        prevent_thread_lock=prevent_thread_lock,
+        quiet=quiet,
+        **launch_kwargs(),
+    )
+    return demo
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python app.py [--host H] [--port P] [--share]``: the same as ``fedala-lab app``."""
+    import sys
+
+    from ..errors import FedalaError
+
+    parser = argparse.ArgumentParser(prog="app.py", description="The fedala_lab lecture app (Gradio).")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return cmd_app(args)
+    except FedalaError as err:
+        sys.stderr.write(f"app.py: error: {err}\n")
+        return 2
+    except KeyboardInterrupt:
+        return 130

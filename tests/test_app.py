@@ -1,0 +1,294 @@
+"""The lecture app's handlers, in-process (no server): widgets → config → library → figure.
+
+Each handler is called as the page calls it (plain values in; figures, tables and a status line out) on
+small settings (10 clients, a few rounds of the embedded digits), with a recording stand-in for
+``gr.Progress`` and a fake request for the per-session Stop flag. The end-to-end tests (server,
+gradio_client, browser) are in test_app_e2e.py.
+"""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+gr = pytest.importorskip("gradio")
+
+from fedala_lab.errors import ConfigError
+from fedala_lab.presets import preset
+from fedala_lab.record.store import RunStore
+from fedala_lab.webapp import ui
+
+SMALL = {
+    "dataset": "digits",
+    "partition": "dirichlet",
+    "num_clients": 10,
+    "beta": 0.1,
+    "classes_per_client": 2,
+    "model": "mlp",
+    "rounds": 5,
+    "join_ratio": 1.0,
+    "lr": 0.1,
+    "batch_size": 10,
+    "mu": 0.001,
+    "eta": 1.0,
+    "s": 80.0,
+    "p": 1,
+    "seed": 0,
+}
+DATA = {k: SMALL[k] for k in ui.DATA_FIELDS}
+
+
+class Progress:
+    """Records what a handler reports (gr.Progress's call signature); ``hook`` runs on each report."""
+
+    def __init__(self, hook=None):
+        self.calls: list[tuple] = []
+        self.hook = hook
+
+    def __call__(self, progress, desc=None, total=None, unit="steps"):
+        self.calls.append((progress, desc))
+        if self.hook:
+            self.hook(progress, desc)
+
+    @property
+    def descs(self) -> list[str]:
+        return [d or "" for _, d in self.calls]
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    return ui.LectureApp(tmp_path_factory.mktemp("app_store"))
+
+
+def test_defaults_are_the_teach_preset():
+    for algo in ("fedavg", "fedala", "fedprox"):
+        cfg = ui.make_config(algo=algo, **{k: ui.DEFAULTS[k] for k in ui.DATA_FIELDS + ui.TRAIN_FIELDS})
+        assert cfg == preset("teach", algo=algo)
+    # widgets send floats: whole numbers become ints, anything else is refused by the config, naming it
+    assert ui.make_config(num_clients=12.0, rounds=7.0).data.num_clients == 12
+    with pytest.raises(ConfigError, match="num_clients=2.5"):
+        ui.make_config(num_clients=2.5)
+    with pytest.raises(ConfigError, match="beta=0.0"):
+        ui.make_config(beta=0)
+
+
+def test_partition_draws_who_holds_which_labels(app):
+    from fedala_lab.data.federated import FederatedData
+
+    fig, table = app.partition(**DATA)
+    data = FederatedData.from_config(ui.make_config(**DATA).data)
+    counts = data.label_counts().groupby(["client", "label"])["count"].sum()
+    ax = fig.axes[0]
+    assert len(ax.collections[0].get_offsets()) == len(counts)  # one bubble per (client, label) held
+    assert ax.get_xlabel() == "client" and ax.get_ylabel() == "label" and "Dir(β=0.1)" in ax.get_title()
+    assert list(table["client"]) == list(range(10))
+    assert table["train"].sum() + table["test"].sum() == 1797
+    fig, _ = app.partition(**{**DATA, "partition": "pathological", "classes_per_client": 2}, kind="heatmap")
+    assert fig.axes[0].images and len(fig.axes) == 2  # heatmap and its colorbar
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"beta": 0.0}, "beta=0.0 is not allowed"),
+        ({"beta": -1.0}, "beta=-1.0 is not allowed"),
+        ({"num_clients": 2000}, "at most the 1797 samples of digits"),
+        ({"partition": "pathological", "classes_per_client": 11}, "classes_per_client=11 is not allowed"),
+        ({"dataset": "imagenet"}, "dataset='imagenet' is not allowed"),
+    ],
+)
+def test_partition_bad_inputs_are_visible_errors(app, bad, message):
+    with pytest.raises(gr.Error, match=message):
+        app.partition(**{**DATA, **bad})
+
+
+def test_train_curves_summary_progress_and_cache(app):
+    rec = Progress()
+    acc_fig, loss_fig, table, status = app.train(["fedavg", "fedala"], **SMALL, progress=rec)
+    store = app.store
+    runs = [store.find(ui.make_config(algo=a, **SMALL)) for a in ("fedavg", "fedala")]
+    assert all(r is not None for r in runs)
+    ax = acc_fig.axes[0]
+    assert [ln.get_label() for ln in ax.get_lines()] == ["FedAvg", "FedALA"]
+    for line, run in zip(ax.get_lines(), runs, strict=True):  # the curves are the recorded accuracies
+        np.testing.assert_allclose(line.get_ydata(), 100 * run.rounds["acc"].to_numpy())
+    assert len(loss_fig.axes[0].get_lines()) == 2 and loss_fig.axes[0].get_ylabel() == "test loss"
+    assert list(table["algorithm"]) == ["FedAvg", "FedALA"]
+    assert list(table["run"]) == [r.path.name for r in runs]
+    assert table["best acc %"].tolist() == pytest.approx([round(r.summary()["best_acc"], 2) for r in runs])
+    assert set(table["source"]) == {"computed"} and status.startswith("2 run(s) in")
+    # progress: every round of both runs, with its accuracy, out of the total of 10 rounds
+    round_reports = [(p, d) for p, d in rec.calls if d and "round" in d and "accuracy" in d]
+    assert len(round_reports) == 10
+    assert round_reports[0][0] == (1, 10) and round_reports[-1][0] == (10, 10)
+    assert "FedALA (2/2): round 5/5 · accuracy" in round_reports[-1][1]
+
+    rec2 = Progress()
+    *_, table2, status2 = app.train(["fedavg", "fedala"], **SMALL, progress=rec2)
+    assert set(table2["source"]) == {"run store"} and "(2 from the run store)" in status2
+    assert not [d for d in rec2.descs if "accuracy" in d]  # nothing simulated
+    assert table2["best acc %"].tolist() == table["best acc %"].tolist()
+
+
+def test_train_refuses_bad_settings_before_any_work(app):
+    with pytest.raises(gr.Error, match=r"p=4 is not allowed: 1 &lt;= p &lt;= 3"):  # the MLP has 3 blocks
+        app.train(["fedala"], **{**SMALL, "p": 4})
+    with pytest.raises(gr.Error, match="at least one algorithm"):
+        app.train([], **SMALL)
+    with pytest.raises(gr.Error, match="algo='fedsgd' is not allowed"):
+        app.train(["fedavg", "fedsgd"], **SMALL)
+    with pytest.raises(gr.Error, match="lr=0.0 is not allowed"):
+        app.train(["fedavg"], **{**SMALL, "lr": 0.0})
+
+
+def test_stop_keeps_the_checkpoint_and_run_again_resumes(app, tmp_path):
+    from fedala_lab.engine.simulate import simulate
+
+    settings = {**SMALL, "rounds": 8, "seed": 5}
+    request = types.SimpleNamespace(session_hash="lecturer")
+
+    def click_stop_in_round_3(progress, desc):
+        if desc and "round 3/" in desc:
+            assert app.stop(request).startswith("Stopping after the current round…")
+
+    *_, table, status = app.train(
+        ["fedala"], **settings, progress=Progress(click_stop_in_round_3), request=request
+    )
+    assert status.startswith("Stopped: FedALA run stopped after round 4 of 8")
+    assert table.empty
+    cfg = ui.make_config(algo="fedala", **settings)
+    assert app.store.find(cfg) is None and app.store.checkpoint_for(cfg).is_file()
+
+    rec = Progress()
+    *_, table, status = app.train(["fedala"], **settings, progress=rec, request=request)
+    first = next(d for d in rec.descs if "accuracy" in d)
+    assert "round 5/8" in first  # resumed after the 4 rounds done before Stop
+    assert not app.store.checkpoint_for(cfg).exists()
+    uninterrupted = simulate(cfg, progress=False)
+    np.testing.assert_allclose(app.store.find(cfg).rounds["acc"], uninterrupted.rounds["acc"])
+    # Stop once the job has finished (or from a session with no job) is harmless
+    assert app.stop(request) == "Nothing is running."
+    assert app.stop(types.SimpleNamespace(session_hash="nobody")) == "Nothing is running."
+
+
+def test_ala_inside_draws_fig2_and_fig3(app):
+    w_fig, loss_fig, table, note = app.ala(3, 4, **SMALL)
+    run = app.store.find(ui.make_config(algo="fedala", **SMALL))
+    names = run.meta["ala_params"]
+    images = [im for ax in w_fig.axes for im in ax.images]
+    assert len(images) == len(names) == 2  # p = 1: the output layer's weight and bias
+    _, w = run.ala_weights(3, 4)
+    np.testing.assert_allclose(images[0].get_array(), w[names[0]])
+    assert list(table["param"]) == names and "after round 4" in note
+    assert loss_fig.axes[0].get_lines() and "epoch" in loss_fig.axes[0].get_xlabel()
+    with pytest.raises(gr.Error, match="round=1 is not allowed"):
+        app.ala(3, 1, **SMALL)
+    with pytest.raises(gr.Error, match="client=10 is not allowed"):
+        app.ala(10, 4, **SMALL)
+
+
+def test_ala_inside_recomputes_when_the_client_was_not_tracked(app):
+    # 24 clients: "auto" tracking keeps the first 4 clients' weights only
+    settings = {**SMALL, "partition": "iid", "num_clients": 24, "rounds": 3}
+    cfg = ui.make_config(algo="fedala", **settings)
+    app.store.get_or_run(cfg, progress=False)
+    assert 17 not in app.store.find(cfg).tracked_clients()
+    w_fig, *_ = app.ala(17, 3, **settings)
+    assert 17 in app.store.find(cfg).tracked_clients()
+    assert "client 17" in w_fig._suptitle.get_text()
+
+
+def test_trajectory_draws_fig4(app):
+    fig, table, note = app.trajectory(2, 5, 2, 7, **{**SMALL, "rounds": 8})
+    from matplotlib.contour import ContourSet
+    from matplotlib.quiver import Quiver
+
+    ax = fig.axes[0]
+    assert any(isinstance(c, ContourSet) for c in ax.collections)  # the loss surface
+    assert len([c for c in ax.collections if isinstance(c, Quiver)]) == 2  # FedAvg's and FedALA's arrows
+    assert [t.get_text().split(" (")[0] for t in ax.get_legend().get_texts()][:2] == ["FedAvg", "FedALA"]
+    assert ax.get_xlabel().startswith("C1") and ax.get_ylabel().startswith("C2")
+    assert list(table["label"]) == ["FedAvg", "FedALA"]
+    assert "rounds 3–8" in note and "after round 5" in note
+    with pytest.raises(gr.Error, match="K=8 is not allowed"):
+        app.trajectory(2, 8, 2, 7, **{**SMALL, "rounds": 8})
+
+
+def test_ablation_sweeps_p_and_refuses_p_beyond_the_model(app):
+    fig, frame, status = app.ablation("p", "1,2", **SMALL)
+    assert list(frame["p"]) == [1, 2] and frame["ala_weights"].is_monotonic_increasing
+    assert len(fig.axes) == 2 and status.startswith("2 FedALA run(s)")
+    with pytest.raises(gr.Error, match="p=9 is not allowed"):
+        app.ablation("p", "1,9", **SMALL)
+    with pytest.raises(gr.Error, match="values="):
+        app.ablation("s", "a lot", **SMALL)
+    with pytest.raises(gr.Error, match="param='eta' is not allowed"):
+        app.ablation("eta", "1", **SMALL)
+
+
+def test_fedlama_compares_communication_at_equal_steps(app):
+    fig, table, status = app.fedlama(5, 2, False, **{**SMALL, "rounds": 6})
+    by = dict(zip(table["label"], table["comm_pct"], strict=True))
+    assert by["FedAvg(τ0=5)"] == 100.0 and by["FedAvg(φτ0=10)"] == pytest.approx(50.0)
+    assert 50.0 <= by["FedLAMA(τ0=5, φ=2)"] <= 100.0
+    assert len(fig.axes[0].get_lines()) == 3 and status.startswith("3 run(s)")
+    with pytest.raises(gr.Error, match="tau0=0 is not allowed"):
+        app.fedlama(0, 2, False, **SMALL)
+
+
+def test_runs_tab_reaches_only_the_store(app, tmp_path):
+    table, _, fig, details = app.runs("")
+    assert len(table) >= 2 and fig is None and details == {}
+    name = table["name"].iloc[0]
+    table, _, fig, details = app.runs(name)
+    assert fig.axes[0].get_lines() and details["config"]["algo"] == table.set_index("name").loc[name, "algo"]
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    for bad in ("../" + name, "/etc/passwd", str(outside), ".checkpoints", "no-such-run"):
+        with pytest.raises(gr.Error):
+            app.runs(bad)
+
+
+def test_unexpected_errors_become_a_short_message():
+    @ui._friendly
+    def broken():
+        raise ZeroDivisionError("division by zero")
+
+    with pytest.raises(gr.Error, match="internal error \\(ZeroDivisionError: division by zero\\)"):
+        broken()
+
+
+def test_page_has_one_named_endpoint_per_tab_and_a_bounded_queue(tmp_path):
+    demo = ui.build_app(store=tmp_path, concurrency=3)
+    fns = {fn.api_name: fn for fn in demo.fns.values() if fn.api_name}
+    assert {"partition", "train", "ala", "trajectory", "ablation", "fedlama", "runs", "stop"} <= set(fns)
+    for name in ("train", "ala", "trajectory", "ablation", "fedlama"):
+        assert fns[name].concurrency_limit == 3 and fns[name].concurrency_id == "simulation"
+    assert isinstance(demo.lecture_app.store, RunStore) and demo.lecture_app.store.root == tmp_path
+
+
+def test_cli_and_launcher_flags(monkeypatch):
+    from fedala_lab import webapp
+    from fedala_lab.cli import build_parser
+
+    args = build_parser().parse_args(["app"])
+    assert args.func is webapp.cmd_app
+    assert (args.host, args.port, args.share) == ("127.0.0.1", 7860, False)
+    args = build_parser().parse_args(["app", "--host", "0.0.0.0", "--port", "8000", "--share"])
+    assert (args.host, args.port, args.share) == ("0.0.0.0", 8000, True)
+    with pytest.raises(ConfigError, match="port=0"):
+        webapp.launch(port=0)
+    monkeypatch.delenv("FEDALA_LAB_APP_RUNS", raising=False)
+    assert str(webapp.default_store_root()) == "runs/app"
+    monkeypatch.setenv("FEDALA_LAB_APP_RUNS", "/tmp/x")
+    assert str(webapp.default_store_root()) == "/tmp/x"
+
+
+def test_warm_up_runs_the_default_path_quietly(caplog, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # nothing may be written: no store, no files
+    with caplog.at_level("WARNING", logger="fedala_lab.webapp.ui"):
+        ui.warm_up()
+    assert not [r for r in caplog.records if "warm-up failed" in r.getMessage()]
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,314 @@
+"""FedLAMA (issue 7): oracle tests against FedAvg, the interval rule, layer-wise synchronisation and its
+accounting, records, figures and the CLI."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import small_cfg
+
+from fedala_lab.algorithms.fedlama import assign_intervals, window_start
+from fedala_lab.analysis import fedlama as lama
+from fedala_lab.engine.simulate import Simulation
+from fedala_lab.errors import ConfigError, RunCancelled
+from fedala_lab.record.store import RunStore
+
+METRICS = ["test_acc", "test_loss", "train_loss", "init_loss", "trained_loss", "test_correct", "test_num"]
+
+
+def run_sim(cfg, data):
+    sim = Simulation(cfg, data)
+    return sim, sim.run(progress=False)
+
+
+def assert_same_models(a, b, atol=1e-6):
+    for n in a.param_names:
+        torch.testing.assert_close(a.local_params[n], b.local_params[n], atol=atol, rtol=0)
+        torch.testing.assert_close(a.global_params[n], b.global_params[n], atol=atol, rtol=0)
+
+
+# -- the interval rule ----------------------------------------------------------------------------
+
+
+def _rule_by_hand(d, dim):
+    """SPEC §6 read literally: walk layers by ascending d; long while δ_l < 1 − λ_l."""
+    order = sorted(range(len(d)), key=lambda i: d[i])
+    total_dd = sum(d[i] * dim[i] for i in order)
+    acc_dd = acc_dim = 0.0
+    long = [False] * len(d)
+    for i in order:
+        acc_dd += d[i] * dim[i]
+        acc_dim += dim[i]
+        if not acc_dd / total_dd < 1 - acc_dim / sum(dim):
+            break
+        long[i] = True
+    return long
+
+
+def test_interval_rule_matches_spec_and_a_worked_example():
+    # d = (3, 1, 2), dim = (10, 10, 80): by d: layer 1, 2, 0; d·dim = 10, 160, 30 (total 200)
+    # δ = 0.05, 0.85, 1.0;  1 − λ = 0.9, 0.1, 0.0  → only layer 1 is relaxed
+    r = assign_intervals([3.0, 1.0, 2.0], [10, 10, 80])
+    assert r["order"].tolist() == [1, 2, 0]
+    np.testing.assert_allclose(r["delta"], [0.05, 0.85, 1.0])
+    np.testing.assert_allclose(r["one_minus_lambda"], [0.9, 0.1, 0.0])
+    assert r["long"].tolist() == [False, True, False]
+    g = np.random.default_rng(0)
+    for _ in range(200):
+        n = int(g.integers(1, 9))
+        d, dim = g.lognormal(size=n) * 1e-5, g.integers(1, 5000, size=n)
+        assert assign_intervals(d, dim)["long"].tolist() == _rule_by_hand(d.tolist(), dim.tolist())
+    # the authors' code also relaxes the layer at the crossing
+    assert assign_intervals([3.0, 1.0, 2.0], [10, 10, 80], include_crossing=True)["long"].tolist() == [False, True, True]
+    # the layer with the largest discrepancy is never relaxed; zero discrepancy relaxes all but one
+    assert assign_intervals([0.0, 0.0, 0.0], [5, 5, 5])["long"].sum() == 2
+    assert window_start(1, 2) == 1 and window_start(2, 2) == 1 and window_start(3, 2) == 3
+    assert [window_start(t, 1) for t in (1, 2, 3)] == [1, 2, 3]
+
+
+# -- oracles: φ = 1 is FedAvg with τ0 local steps -------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["vectorised", "loop"])
+def test_phi_one_is_fedavg_with_tau0_steps(backend, ragged):
+    common = {"shuffle": True, "drop_last": False, "join_ratio": 0.6, "rounds": 4, "backend": backend}
+    sim_a, a = run_sim(small_cfg(algo="fedavg", local_steps=3, **common), ragged)
+    sim_l, b = run_sim(small_cfg(algo="fedlama", tau0=3, phi=1, **common), ragged)
+    for c in METRICS:
+        np.testing.assert_allclose(a.clients[c], b.clients[c], atol=1e-6, rtol=0, err_msg=c)
+    assert a.clients["selected"].tolist() == b.clients["selected"].tolist()
+    assert_same_models(sim_a, sim_l)
+    pd.testing.assert_series_equal(a.rounds["bytes_up"], b.rounds["bytes_up"])
+    pd.testing.assert_series_equal(a.rounds["bytes_down"], b.rounds["bytes_down"])
+    lay = b.tables["lama_layers"]
+    assert lay["synced"].all() and (lay["interval"] == 3).all()
+    assert (b.tables["lama_adjust"]["interval"] == 3).all()
+
+
+def test_fedlama_ala_with_phi_one_is_fedala(ragged):
+    common = {"shuffle": True, "join_ratio": 0.6, "rounds": 4, "s": 60}
+    sim_a, a = run_sim(small_cfg(algo="fedala", local_steps=3, **common), ragged)
+    sim_l, b = run_sim(small_cfg(algo="fedlama+ala", tau0=3, phi=1, **common), ragged)
+    for c in METRICS:
+        np.testing.assert_allclose(a.clients[c], b.clients[c], atol=1e-6, rtol=0, err_msg=c)
+    assert_same_models(sim_a, sim_l)
+    for k, v in sim_a.algo_state.items():
+        torch.testing.assert_close(v, sim_l.algo_state[k], atol=1e-6, rtol=0)
+    pd.testing.assert_frame_equal(a.ala, b.ala)
+
+
+def test_fedavg_communication_is_rounds_times_model_size(ragged):
+    common = {"shuffle": True, "join_ratio": 0.6, "rounds": 4}
+    sim, fedavg = run_sim(small_cfg(algo="fedavg", local_steps=3, **common), ragged)
+    _, lama1 = run_sim(small_cfg(algo="fedlama", tau0=3, phi=1, **common), ragged)
+    n_params = sum(v.numel() for v in sim.global_params.values())
+    model_bytes = sim.param_bytes(sim.param_names)
+    for run in (fedavg, lama1):
+        com = lama.communication(run)
+        assert com["cost"] == com["fedavg_cost"] == 4 * n_params  # C = Σ dim·κ = rounds × model size
+        assert com["percent_of_fedavg"] == 100
+        assert com["bytes_up"] == 4 * 3 * model_bytes  # per participating client (⌊0.6·5⌋ = 3)
+        assert com["bytes_down"] == 4 * 5 * model_bytes  # every client receives G (evaluated each round)
+    assert set(lama.communication(lama1)["kappa"].values()) == {4}
+
+
+# -- φ = 2: what is synchronised, when, and what it costs -----------------------------------------
+
+
+def test_layerwise_synchronisation_and_accounting(ragged):
+    cfg = small_cfg(algo="fedlama", tau0=2, phi=2, rounds=6, join_ratio=0.6, shuffle=True)
+    sim = Simulation(cfg, ragged)
+    names = sim.param_names
+    sizes = {n: sim.global_params[n].numel() for n in names}
+    for t in range(1, cfg.rounds + 1):
+        interval = sim.algo_state["lama.interval"].cpu().numpy().copy()
+        before = {n: sim.global_params[n].clone() for n in names}
+        row = sim.run_round(t)
+        sim.round = t
+        sel = sim.algo.select(sim, t)
+        # the active clients are drawn once per window of φ rounds
+        assert torch.equal(sel, sim.select(window_start(t, 2)))
+        due = [n for n, k in zip(names, interval) if t % k == 0]
+        assert row["bytes_up"] == len(sel) * sim.param_bytes(due)
+        for n in names:
+            if n not in due:  # a long layer mid-window: the server keeps G, clients keep their copies
+                torch.testing.assert_close(sim.global_params[n], before[n], atol=0, rtol=0)
+                assert not torch.allclose(sim.local_params[n][sel][0], sim.local_params[n][sel][1])
+        if t % 2 == 0:  # end of a window: every layer averaged, intervals re-chosen
+            assert due == names
+    run = sim.to_run()
+    lay, adj = run.tables["lama_layers"], run.tables["lama_adjust"]
+    assert len(lay) == cfg.rounds * len(names) and len(adj) == cfg.rounds // 2 * len(names)
+    assert not lay["synced"].all(), "φ = 2 on this data should relax at least one layer"
+    # recorded intervals are the ones the rule chose at the previous window end
+    for r in (3, 5):
+        chosen = adj[adj["round"] == r - 1].set_index("layer")["interval"]
+        during = lay[lay["round"] == r].set_index("layer")["interval"]
+        pd.testing.assert_series_equal(chosen.sort_index(), during.sort_index(), check_names=False)
+    # κ and C: Σ dim·κ; bytes_up per round = selected × bytes of the synchronised layers
+    com = lama.communication(run)
+    kappa = lay.groupby("layer")["synced"].sum()
+    assert com["cost"] == sum(sizes[n] * int(kappa[n]) for n in names) < com["fedavg_cost"]
+    per_round = lama.per_round_comm(run)
+    np.testing.assert_array_equal(run.rounds["bytes_up"].to_numpy(), 3 * 4 * per_round.to_numpy())
+    # d is measured exactly when a layer is averaged, and is positive there
+    assert lay.loc[lay["synced"], "d"].gt(0).all() and lay.loc[~lay["synced"], "d"].isna().all()
+
+
+def test_discrepancy_is_the_weighted_mean_squared_distance_per_step_and_parameter(ragged):
+    cfg = small_cfg(algo="fedlama", tau0=2, phi=2, rounds=1)
+    with pytest.warns(UserWarning, match="replays the same first batches"):  # shuffle=False, τ0 < an epoch
+        sim = Simulation(cfg, ragged)
+    seen = {}
+    orig = sim.algo.aggregate
+
+    def spy(s, t, selected):  # the trained local models just before the server averages them
+        seen.update({n: s.local_params[n][selected].clone() for n in s.param_names})
+        return orig(s, t, selected)
+
+    sim.algo = dataclasses.replace(sim.algo, aggregate=spy)
+    run = sim.run(progress=False)
+    p = torch.as_tensor(ragged.train_sizes, dtype=torch.float64)
+    p = p / p.sum()
+    lay = run.tables["lama_layers"].set_index("layer")
+    for n, x in seen.items():
+        x = x.double()
+        u = torch.tensordot(p, x, dims=1)
+        d = float(sum(p[i] * (x[i] - u).pow(2).sum() for i in range(len(p)))) / (2 * u.numel())
+        assert lay.loc[n, "d"] == pytest.approx(d, rel=1e-5)
+
+
+@pytest.mark.parametrize("algo", ["fedlama", "fedlama+ala"])
+def test_vectorised_equals_loop_with_relaxed_layers(algo, ragged):
+    cfg = small_cfg(algo=algo, tau0=2, phi=2, rounds=5, join_ratio=0.6, shuffle=True, s=60)
+    sim_v, v = run_sim(cfg, ragged)
+    sim_l, lo = run_sim(cfg.replace(backend="loop"), ragged)
+    for c in METRICS:
+        np.testing.assert_allclose(v.clients[c], lo.clients[c], atol=1e-5, rtol=0, err_msg=c)
+    assert_same_models(sim_v, sim_l, atol=1e-5)
+    pd.testing.assert_frame_equal(v.tables["lama_layers"].drop(columns="d"), lo.tables["lama_layers"].drop(columns="d"))
+    np.testing.assert_allclose(v.tables["lama_layers"]["d"], lo.tables["lama_layers"]["d"], rtol=1e-3)
+
+
+def test_local_steps_must_be_tau0():
+    from fedala_lab.presets import preset
+
+    with pytest.raises(ConfigError, match="local_steps=10 is not allowed: unset or equal to tau0=5"):
+        Simulation(preset("teach-fedlama", tau0=5))
+
+
+# -- records: store round trip and resume ---------------------------------------------------------
+
+
+def test_tables_survive_the_store_and_a_resume(ragged, tmp_path):
+    cfg = small_cfg(algo="fedlama", tau0=2, phi=2, rounds=5, join_ratio=0.6, shuffle=True, checkpoint_every=2)
+    store = RunStore(tmp_path / "runs")
+    fresh = store.get_or_run(cfg, data=ragged, progress=False)
+    loaded = store.load(store.dir_for(cfg).name)
+    assert set(loaded.tables) == {"lama_layers", "lama_adjust"}
+    for name, df in fresh.tables.items():
+        pd.testing.assert_frame_equal(df, loaded.tables[name], check_dtype=False)
+
+    ckpt = tmp_path / "ckpt.pt"
+    with pytest.raises(RunCancelled):
+        Simulation(cfg, ragged).run(progress=False, callback=lambda s, row: row["round"] < 3, checkpoint=ckpt)
+    resumed_sim = Simulation(cfg, ragged)
+    assert resumed_sim.load_checkpoint(ckpt) and resumed_sim.round == 3
+    resumed = resumed_sim.run(progress=False)
+    for name, df in fresh.tables.items():
+        pd.testing.assert_frame_equal(df, resumed.tables[name])
+    pd.testing.assert_frame_equal(fresh.clients.drop(columns="seconds"), resumed.clients.drop(columns="seconds"))
+
+
+# -- analysis and displays -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def teach_runs():
+    """FedAvg(τ0), FedAvg(φτ0) and FedLAMA(τ0, φ) on the teach problem, 6 rounds of τ0 = 10 steps."""
+    from fedala_lab.presets import preset
+
+    return lama.comparison_runs(preset("teach-fedlama", rounds=6))
+
+
+def test_comparison_frame_and_curves(teach_runs):
+    assert list(teach_runs) == ["FedAvg(τ0=10)", "FedAvg(φτ0=20)", "FedLAMA(τ0=10, φ=2)"]
+    f = lama.comm_accuracy_frame(teach_runs).set_index("label")
+    assert f["total_steps"].tolist() == [60, 60, 60]
+    assert f.loc["FedAvg(τ0=10)", "comm_pct"] == 100 and f.loc["FedAvg(φτ0=20)", "comm_pct"] == 50
+    assert 50 <= f.loc["FedLAMA(τ0=10, φ=2)", "comm_pct"] < 100
+    assert (f["final_step"] == 40).all()  # the last step where every run's model is fully synchronised
+    # accuracies are read at synchronised rounds: FedAvg(τ0)'s round 5 = FedAvg(φτ0)'s round 3 = 40 steps
+    assert f.loc["FedAvg(τ0=10)", "final_acc"] == pytest.approx(100 * teach_runs["FedAvg(τ0=10)"].acc[5])
+    assert f.loc["FedAvg(φτ0=20)", "final_acc"] == pytest.approx(100 * teach_runs["FedAvg(φτ0=20)"].acc[3])
+    curves = lama.comm_accuracy_curves(teach_runs)
+    lama_c = curves[curves["label"] == "FedLAMA(τ0=10, φ=2)"]
+    assert lama_c["round"].tolist() == [1, 3, 5] and lama_c["comm_pct"].iloc[0] == 0
+    assert curves.groupby("label")["comm_pct"].apply(lambda s: s.is_monotonic_increasing).all()
+
+
+def test_displays_draw_the_computed_data(teach_runs):
+    from fedala_lab.figures.fedlama import CommAccuracyDisplay, FedLAMACurvesDisplay, IntervalTimelineDisplay
+
+    run = teach_runs["FedLAMA(τ0=10, φ=2)"]
+    cur = FedLAMACurvesDisplay.from_run(run)
+    n_layers = len(run.meta["param_names"])
+    assert len(cur.line_delta_.get_xdata()) == n_layers + 1
+    np.testing.assert_allclose(cur.line_delta_.get_ydata(), cur.curves_["delta"])
+    assert cur.chosen_.get_xdata()[0] == cur.n_long_ == int(run.tables["lama_adjust"].query("round == 6")["long"].sum())
+    assert cur.ax_.get_legend() is not None and "long interval" in cur.ax_.get_xlabel()
+
+    com = CommAccuracyDisplay.from_runs(teach_runs)
+    assert len(com.lines_) == len(com.markers_) == 3
+    assert [t.get_text().split(":")[0] for t in com.ax_.get_legend().get_texts()] == list(teach_runs)
+    assert "% of FedAvg(τ0)" in com.ax_.get_xlabel()
+    assert "| FedLAMA(τ0=10, φ=2) |" in com.to_markdown()
+
+    tl = IntervalTimelineDisplay.from_run(run)
+    assert tl.image_.get_array().shape == (n_layers, 6)
+    assert tl.colorbar_ is not None and len(tl.discrepancy_lines_) == n_layers
+    assert set(np.unique(tl.image_.get_array())) <= {1.0, 2.0}
+    with pytest.raises(KeyError, match="only FedLAMA runs"):
+        IntervalTimelineDisplay.from_run(teach_runs["FedAvg(τ0=10)"])
+
+
+def test_fedlama_figures_writes_files(tmp_path):
+    from fedala_lab.figures.fedlama import fedlama_figures
+
+    out = fedlama_figures(tmp_path / "figs", preset="quick", store=tmp_path / "runs", overrides={"rounds": 3})
+    assert len(out) == 4
+    for item in out:
+        assert set(item) >= {"file", "reproduces", "command", "seconds", "config"}
+        assert Path(item["file"]).is_file() and Path(item["file"]).with_suffix(".pdf").is_file()
+    with pytest.raises(ConfigError, match="preset"):
+        fedlama_figures(tmp_path, preset="nope")
+
+
+def test_cli_json_reports_layerwise_bytes(tmp_path, capsys):
+    from fedala_lab.cli import main
+
+    argv = ["run", "--preset", "teach-fedlama", "--algos", "fedavg,fedlama", "--rounds", "4", "--json",
+            "--store", str(tmp_path), "--no-progress"]
+    assert main(argv) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    avg, lam = rows
+    from fedala_lab.record.run import Run
+
+    run = Run.load(lam["run_dir"])
+    assert lam["bytes_up"] == int(run.rounds["bytes_up"].sum()) == 20 * 4 * lama.communication(run)["cost"]
+    assert lam["bytes_up"] < avg["bytes_up"] and lam["bytes_down"] < avg["bytes_down"]
+    assert main(argv[:-4] + ["--tau0", "5", "--store", str(tmp_path), "--no-progress"]) == 2
+    assert "unset or equal to tau0=5" in capsys.readouterr().err
+
+
+def test_authors_rule_relaxes_at_least_as_many_layers(ragged):
+    cfg = small_cfg(algo="fedlama", tau0=2, phi=2, rounds=6, shuffle=True)
+    spec = Simulation(cfg, ragged).run(progress=False)
+    authors = Simulation(cfg.replace(lama_rule="authors"), ragged).run(progress=False)
+    assert authors.summary()["bytes_up"] < spec.summary()["bytes_up"]
+    assert cfg.key() != cfg.replace(lama_rule="authors").key()
+    assert small_cfg(algo="fedavg").key() == small_cfg(algo="fedavg", lama_rule="authors").key()

@@ -1,0 +1,320 @@
+"""Displays draw what the analysis computed: data and artists are checked, never pixels."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedala_lab.analysis.tables import format_mean_std
+from fedala_lab.presets import preset
+from fedala_lab.record.store import RunStore
+
+ROUNDS = 6
+
+
+def cfg(**kw):
+    """teach (digits Dir(0.1), 20 clients, MLP) cut to a few rounds."""
+    return preset("teach", rounds=ROUNDS, device="cpu", **kw)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return RunStore(tmp_path_factory.mktemp("runs"))
+
+
+@pytest.fixture(scope="module")
+def runs(store):
+    """Two seeds of FedAvg, FedProx, FedALA and FedProx+ALA, and FedALA with p = 2 and s = 20."""
+    out = {}
+    for algo in ("fedavg", "fedprox", "fedala", "fedprox+ala"):
+        for seed in (0, 1):
+            out[algo, seed] = store.get_or_run(cfg(algo=algo, seed=seed), progress=False)
+    out["p2", 0] = store.get_or_run(cfg(algo="fedala", p=2, seed=0), progress=False)
+    out["s20", 0] = store.get_or_run(cfg(algo="fedala", s=20, seed=0), progress=False)
+    return out
+
+
+# -------------------------------------------------------------------------------- accuracy curves
+
+
+def test_accuracy_curves_one_line_per_run(runs):
+    from fedala_lab.figures import AccuracyCurveDisplay
+
+    sel = [runs["fedavg", 0], runs["fedala", 0]]
+    d = AccuracyCurveDisplay.from_runs(sel)
+    assert len(d.lines_) == 2 and len(d.ax_.get_lines()) == 2
+    assert [line.get_label() for line in d.lines_] == ["FedAvg", "FedALA"]
+    assert d.lines_[0].get_color() == "black" and d.lines_[1].get_color() == "tab:blue"
+    np.testing.assert_allclose(d.lines_[1].get_ydata(), 100 * runs["fedala", 0].rounds["acc"].to_numpy())
+    assert "%" in d.ax_.get_ylabel() and d.ax_.get_xlabel() == "round"
+    d2 = AccuracyCurveDisplay.from_runs(sel, metric="test_loss", labels=["a", "b"])
+    assert [line.get_label() for line in d2.lines_] == ["a", "b"]
+    from fedala_lab.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="metric"):
+        AccuracyCurveDisplay.from_runs(sel, metric="nope")
+
+
+# ------------------------------------------------------------------------------------ Fig. 2 and 3
+
+
+def test_ala_weights_display_one_heatmap_per_tensor(runs):
+    from fedala_lab.figures import ALAWeightsDisplay
+
+    run = runs["p2", 0]
+    d = ALAWeightsDisplay.from_run(run, client=8, round_=3)
+    names = run.meta["ala_params"]
+    assert names == ["fc2.0.weight", "fc2.0.bias", "fc.weight", "fc.bias"]
+    assert len(d.images_) == len(names) == len(d.ax_)
+    r, w = run.ala_weights(8, 3)
+    assert d.round_ == r == 3
+    for im, n in zip(d.images_, names):
+        data = np.asarray(im.get_array())
+        np.testing.assert_array_equal(data, w[n].reshape(w[n].shape[0], -1))  # biases as (n, 1) strips
+        assert im.get_clim() == (0.0, 1.0) and im.get_cmap().name == "gray"  # lighter = larger
+    assert d.colorbar_ is not None and "ALA weight" in d.colorbar_.ax.get_ylabel()
+    assert "client 8" in d.figure_._suptitle.get_text()
+    assert set(d.summary()["param"]) == set(names)
+    # a single Axes is used as the bounding box of the panels
+    from matplotlib.figure import Figure
+
+    fig = Figure()
+    ax = fig.subplots()
+    d2 = ALAWeightsDisplay.from_run(run, client=8, ax=ax)
+    assert d2.figure_ is fig and len(d2.ax_) == 4 and d2.round_ == ROUNDS
+    with pytest.raises(KeyError, match="no ALA weights"):
+        ALAWeightsDisplay.from_run(runs["fedavg", 0], client=0)
+
+
+def test_ala_loss_display_marks_the_start_phase(runs):
+    from fedala_lab.figures import ALALossDisplay
+
+    run = runs["fedala", 0]
+    d = ALALossDisplay.from_run(run, client=8)
+    ala = run.ala[run.ala["client"] == 8]
+    assert len(d.line_.get_xdata()) == len(ala)
+    np.testing.assert_array_equal(d.line_.get_xdata(), np.arange(1, len(ala) + 1))
+    np.testing.assert_allclose(d.line_.get_ydata(), ala.sort_values(["round", "epoch"])["loss"])
+    start = int(ala["start_phase"].sum())
+    assert d.start_epochs == start >= 11  # reference criterion: more than num_pre_loss passes
+    assert len(ala) == start + (ROUNDS - 2)  # then one pass per round
+    assert d.span_ is not None and f"{start} epochs" in d.span_.get_label()
+    assert len(d.ax_.get_lines()) == 2 and "epoch" in d.ax_.get_xlabel()
+    assert "start phase" in [t.get_text() for t in d.ax_.get_legend().get_texts()][-1]
+
+
+# ----------------------------------------------------------------------------------------- Fig. 5
+
+
+def test_convergence_display_two_lines_per_run(runs):
+    from fedala_lab.figures import ConvergenceDisplay
+
+    sel = [runs["fedavg", 0], runs["fedala", 0]]
+    d = ConvergenceDisplay.from_runs(sel)
+    assert len(d.lines_) == 4
+    styles = [line.get_linestyle() for line in d.lines_]
+    assert styles == ["--", "-", "--", "-"]
+    np.testing.assert_allclose(d.lines_[2].get_ydata(), runs["fedala", 0].rounds["init_loss"])
+    np.testing.assert_allclose(d.lines_[3].get_ydata(), runs["fedala", 0].rounds["trained_loss"])
+    assert d.ax_.get_yscale() == "log"
+    assert list(d.gap_["label"]) == ["FedAvg", "FedALA"]
+    assert d.gap_["final_gap"].iloc[1] == pytest.approx(
+        runs["fedala", 0].rounds["init_loss"].iloc[-1] - runs["fedala", 0].rounds["trained_loss"].iloc[-1])
+
+
+# ------------------------------------------------------------------------------------------ tables
+
+
+def test_accuracy_table_layout_and_renderings(runs):
+    from fedala_lab.figures import AccuracyTable
+
+    sel = [runs[a, s] for a in ("fedavg", "fedala") for s in (0, 1)]
+    t = AccuracyTable.from_runs(sel)
+    assert list(t.frame_.index) == ["FedAvg", "FedALA"]
+    assert list(t.frame_.columns) == ["digits Dir(0.1) (best)", "digits Dir(0.1) (final)"]
+    best = [100 * runs["fedala", s].acc.max() for s in (0, 1)]
+    assert t.frame_.loc["FedALA", "digits Dir(0.1) (best)"] == format_mean_std(np.mean(best), np.std(best, ddof=1))
+    md = t.to_markdown().splitlines()
+    assert md[0].startswith("| method |") and md[1].startswith("|:---|") and len(md[2].split("|")) == 5
+    tex = t.to_latex(label="tab:acc")
+    assert r"\toprule" in tex and r"$\pm$" in tex and r"\label{tab:acc}" in tex and "FedALA" in tex
+    cells = t.table_.get_celld()
+    assert len(cells) == (2 + 1) * 2 + 2  # header + 2 rows by 2 columns, plus 2 row labels
+    assert t.ax_.get_title().startswith("Test accuracy")
+
+
+def test_applicability_gain(runs):
+    from fedala_lab.analysis.ablation import applicability_frame
+    from fedala_lab.figures import AccuracyTable
+
+    sel = [runs[a, s] for a in ("fedavg", "fedala", "fedprox", "fedprox+ala") for s in (0, 1)]
+    f = applicability_frame(sel)
+    assert list(f["base"]) == ["fedavg", "fedprox"] and list(f["with_ala"]) == ["fedala", "fedprox+ala"]
+    gain = np.mean([100 * runs["fedprox+ala", s].best_acc for s in (0, 1)]) - \
+        np.mean([100 * runs["fedprox", s].best_acc for s in (0, 1)])
+    assert f.loc[1, "gain"] == pytest.approx(gain)
+    t = AccuracyTable.from_applicability(sel)
+    assert list(t.frame_.columns) == ["base", "+ALA", "gain"]
+    assert t.frame_.loc["FedProx", "gain"] == f"{gain:+.2f}"
+
+
+# ------------------------------------------------------------------------------------- ablations
+
+
+def test_ablation_of_p_counts_ala_weights(runs):
+    from fedala_lab.figures import AblationDisplay
+    from fedala_lab.models import MLP, num_ala_weights
+
+    d = AblationDisplay.from_runs([runs["fedala", 0], runs["fedala", 1], runs["p2", 0]], param="p")
+    f = d.frame_
+    assert list(f["p"]) == [1, 2] and list(f["n_seeds"]) == [2, 1]
+    assert list(f["ala_weights"]) == [num_ala_weights(MLP(64), 1), num_ala_weights(MLP(64), 2)] == [650, 8906]
+    # the same count read off the run's own parameter shapes
+    shapes = runs["p2", 0].meta["param_shapes"]
+    assert f["ala_weights"].iloc[1] == sum(int(np.prod(shapes[n])) for n in runs["p2", 0].meta["ala_params"])
+    assert len(d.errorbars_) == 2 and len(d.cost_.patches) == 2
+    assert d.ax_[1].get_yscale() == "log" and "%" in d.ax_[0].get_ylabel()
+
+
+def test_ablation_of_s_and_its_checks(runs):
+    from fedala_lab.errors import ConfigError
+    from fedala_lab.figures import AblationDisplay
+
+    d = AblationDisplay.from_runs([runs["s20", 0], runs["fedala", 0]], param="s")
+    assert list(d.frame_["s"]) == [20, 80] and d.ax_[0].get_xscale() == "log"
+    assert (d.frame_["ala_seconds"] > 0).all()
+    with pytest.raises(ConfigError, match="differ only"):
+        AblationDisplay.from_runs([runs["s20", 0], runs["p2", 0]], param="s")
+    with pytest.raises(ConfigError, match="ALA runs"):
+        AblationDisplay.from_runs([runs["fedavg", 0]], param="p")
+
+
+# ----------------------------------------------------------------------------------------- Fig. 4
+
+
+def test_trajectory_display_artists(tmp_path):
+    """Drawn from precomputed landscape data (what the app passes): contours, arrows, markers, labels."""
+    from fedala_lab.analysis.landscape import Landscape, Trajectory
+    from fedala_lab.figures import TrajectoryDisplay
+
+    xs, ys = np.linspace(-1, 1, 9), np.linspace(-2, 2, 7)
+    X, Y = np.meshgrid(xs, ys)
+    loss = 0.05 + X ** 2 + 0.5 * Y ** 2
+
+    def traj(label, shift):
+        r = np.arange(10, 14)
+        s = np.c_[np.linspace(-0.8, -0.2, 4), np.full(4, shift)]
+        e = s + [0.1, -0.3]
+        return Trajectory(label, r, s, e, np.ones(4), np.full(4, 0.1), np.zeros(4), np.zeros(4))
+
+    ls = Landscape(xs, ys, loss, np.array([0.6, 0.25]), [traj("FedAvg", 1.0), traj("FedALA", 0.0)], client=4,
+                   rounds=(10, 13), anchor_label="FedALA", num_samples=50, split="train")
+    d = TrajectoryDisplay(ls).plot()
+    from matplotlib.contour import QuadContourSet
+
+    assert isinstance(d.contourf_, QuadContourSet) and isinstance(d.contour_, QuadContourSet)
+    assert d.colorbar_ is not None and "local loss" in d.colorbar_.ax.get_ylabel()
+    assert len(d.arrows_) == 2 and tuple(d.arrows_[0].get_facecolor()[0][:3]) == pytest.approx((0, 0, 0))
+    assert len(d.arrows_[1].U) == 2 * 4 - 1  # start→end→next start…
+    assert [len(m.get_offsets()) for m in d.start_markers_] == [4, 4]
+    assert [len(m.get_offsets()) for m in d.end_markers_] == [4, 4]
+    np.testing.assert_allclose(d.end_markers_[1].get_offsets(), ls["FedALA"].end_xy)
+    assert d.start_markers_[0].get_paths()[0] is not d.end_markers_[0].get_paths()[0]  # circles vs squares
+    assert re.fullmatch(r"C1: 60\.00 %", d.ax_.get_xlabel()) and re.fullmatch(r"C2: 25\.00 %", d.ax_.get_ylabel())
+    texts = [t.get_text() for t in d.legend_.get_texts()]
+    assert texts[0].startswith("FedAvg (final local loss 0.1") and "off-plane" in texts[0]
+    assert any("start of round" in t for t in texts) and any("end of round" in t for t in texts)
+    written = d.savefig(tmp_path / "fig4.png", formats=("png", "pdf"))
+    assert [p.suffix for p in written] == [".png", ".pdf"] and all(p.stat().st_size > 0 for p in written)
+
+
+# --------------------------------------------------------------------------------- paper.py and CLI
+
+
+def test_paper_plan_points_at_the_shared_mnist_partition():
+    from fedala_lab.figures.paper import build_plan
+
+    plan = build_plan("paper")
+    assert plan.practical.data.dataset.startswith("pfllib:")
+    assert plan.practical.data.dataset.endswith("fedala-mnist-dir0.1")
+    assert plan.practical.rounds == 2000 and plan.practical.model == "fedavgcnn"
+    assert plan.seeds == (0, 1, 2, 3, 4) and plan.p_values == (1, 2, 3, 4)
+    assert plan.fig4["K"] == 155 and plan.fig4["window"] == (140, 200) and plan.fig4["client"] == 4
+    # MNIST pathological (Table 2, Fig. 4): torchvision's files, else the shared partition's images pooled
+    assert plan.pathological.data.partition == "pathological" and plan.fig4["setting"] == "pathological"
+    assert plan.pathological.data.dataset == "mnist" or (
+        plan.pathological.data.dataset.startswith("pfllib-pool:") and plan.notes)
+    small = build_plan("paper", rounds=3, seeds=1, fig4=(1, 1, 3), device="cpu")
+    assert small.practical.rounds == 3 and small.seeds == (0,) and small.fig4["window"] == (1, 3)
+    assert small.practical.device == "cpu" and small.fig5_rounds == 3
+    from fedala_lab.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="preset"):
+        build_plan("huge")
+    with pytest.raises(ConfigError, match="window"):
+        build_plan("quick", fig4=(1, 5, 2))
+
+
+def test_describe_configs_names_what_differs():
+    from fedala_lab.figures.paper import describe_configs
+
+    base = preset("teach")
+    text = describe_configs([base.replace(algo=a, seed=s) for a in ("fedavg", "fedala") for s in (0, 1)],
+                            base, "teach")
+    assert text == 'preset("teach") with algo ∈ {fedavg, fedala}; seed ∈ {0, 1}'
+    assert describe_configs([base], base, "teach") == 'preset("teach")'
+
+
+def test_figures_command_end_to_end(tmp_path, capsys):
+    """All figures of the quick preset, scaled down (3 rounds, 1 seed), then again from the store."""
+    from fedala_lab.cli import main
+    from fedala_lab.figures.paper import FIGURES
+
+    out, runs = tmp_path / "figs", tmp_path / "runs"
+    args = ["figures", "--out", str(out), "--store", str(runs), "--rounds", "3", "--seeds", "1",
+            "--fig4", "2,2,3", "--no-progress", "--formats", "png"]
+    assert main(args) == 0
+    index = pd.read_json(out / "index.json", typ="series")["figures"]
+    assert set(index) == set(FIGURES)
+    readme = (out / "README.md").read_text()
+    for entry in index.values():
+        for f in entry["files"]:
+            assert (out / f).is_file(), f
+            assert f in readme
+        assert entry["paper"] in readme and entry["seconds"] >= 0
+    assert "Fig. 4" in readme and "FedALA's trajectory ends at" in readme
+    assert index["fig4"]["runs_total"] == 2 and "ala_after ∈ {" in index["fig4"]["configs"]
+    assert (out / "table2_accuracy.md").read_text().startswith("| method |")
+    capsys.readouterr()
+    assert main(args[:1] + ["--only", "fig3,table6"] + args[1:]) == 0  # cached: nothing recomputed
+    printed = capsys.readouterr().out
+    assert "fig3" in printed and "0 runs computed" in printed and "table2" not in printed.split("\n")[0]
+    index2 = pd.read_json(out / "index.json", typ="series")["figures"]
+    assert set(index2) == set(FIGURES)  # the other figures' entries are kept
+    assert index2["fig3"]["runs_computed"] == 0
+
+
+def test_figures_command_errors(capsys):
+    from fedala_lab.cli import main
+
+    assert main(["figures", "--list"]) == 0
+    assert "fig4" in capsys.readouterr().out
+    assert main(["figures", "--only", "fig99", "--no-progress"]) == 2
+    assert "only='fig99'" in capsys.readouterr().err
+    assert main(["figures", "--fig4", "1,2", "--no-progress"]) == 2
+
+
+def test_runs_with_the_same_label_stay_separate_lines(tmp_path):
+    from conftest import make_ragged_data, small_cfg
+
+    from fedala_lab.engine.simulate import simulate
+    from fedala_lab.figures import AccuracyCurveDisplay
+
+    data = make_ragged_data()
+    runs = [simulate(small_cfg(algo="fedavg", rounds=2, seed=s), data, progress=False) for s in (0, 1)]
+    disp = AccuracyCurveDisplay.from_runs(runs)
+    assert [ln.get_label() for ln in disp.ax_.get_lines()] == ["FedAvg", "FedAvg (2)"]
+    assert all(len(ln.get_xdata()) == 2 for ln in disp.ax_.get_lines())

@@ -1,0 +1,169 @@
+"""The lecture notebooks (issue 5): committed clean, shaped for students, and executed headless.
+
+Each notebook in notebooks/ is executed with nbclient on the venv's kernel under ``FEDALA_LAB_SMOKE=1``
+(its ``parameters`` cell then picks tiny settings), with runs cached in a temporary store
+(``FEDALA_LAB_RUNS``) so nothing is written into the repository. A notebook fails the test when any
+cell raises, when it shows no figure, or when an ``interact`` callback (which ipywidgets runs once
+with the default values, its output kept in the widget state rather than in the cell) failed or drew
+nothing. ``MPLBACKEND`` is removed from the kernel's environment: set to Agg it would leak into the
+kernel (the notebooks' ``%matplotlib inline`` guards against that too).
+
+About 10 s per notebook on a 2-core CPU (kernel start-up included).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+ROOT = Path(__file__).resolve().parents[1]
+NB_DIR = ROOT / "notebooks"
+NOTEBOOKS = sorted(NB_DIR.glob("[0-9][0-9]_*.ipynb"))
+IDS = [p.stem for p in NOTEBOOKS]
+
+EXPECTED = ["01_fedavg", "02_heterogeneity", "03_fedprox", "04_ala_module", "05_update_direction",
+            "06_ablations"]
+HAS_FEDLAMA = (ROOT / "fedala_lab/algorithms/fedlama.py").is_file() and (ROOT / "fedala_lab/figures/fedlama.py").is_file()
+
+CELL_TIMEOUT = 150  # s, one cell (nbclient)
+NOTEBOOK_BUDGET = 180  # s, one whole notebook in smoke mode (≈ 10 s when the machine is quiet)
+SMOKE_MAX_ROUNDS = 6  # the largest ROUNDS any parameters cell picks in smoke mode
+
+# Notebooks call the library; they do not train or draw by themselves.
+FORBIDDEN = {
+    r"\.backward\(": "a training loop of its own",
+    r"torch\.optim": "an optimiser of its own",
+    r"matplotlib\.pyplot|\bplt\.": "pyplot drawing of its own (use the Displays in fedala_lab.figures)",
+    r"nn\.Module|nn\.Linear": "a model of its own",
+}
+
+
+def _read(path: Path):
+    return nbformat.read(path, as_version=4)
+
+
+def _code(nb):
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def test_the_lecture_notebooks_are_there():
+    expected = EXPECTED + (["07_fedlama"] if HAS_FEDLAMA else [])
+    assert IDS == expected
+
+
+def test_readme_lists_every_notebook():
+    text = (NB_DIR / "README.md").read_text()
+    missing = [name for name in IDS if name not in text]
+    assert not missing, f"notebooks/README.md does not mention {missing}"
+    assert "make lab" in text and "FEDALA_LAB_SMOKE" in text
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_committed_without_outputs(path):
+    raw = json.loads(path.read_text())
+    nb = _read(path)
+    nbformat.validate(nb)
+    assert raw["nbformat"] == 4
+    for i, cell in enumerate(_code(nb)):
+        assert cell.outputs == [], f"code cell {i} of {path.name} was committed with outputs"
+        assert cell.execution_count is None, f"code cell {i} of {path.name} has an execution count"
+    assert "widgets" not in nb.metadata, f"{path.name} carries saved widget state"
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_shape_for_students(path):
+    nb = _read(path)
+    first, last = nb.cells[0], nb.cells[-1]
+    # opens with a title and what the student will learn
+    assert first.cell_type == "markdown" and first.source.lstrip().startswith("# ")
+    assert "what you will learn" in first.source.lower()
+    # ends with two or three questions to try
+    assert last.cell_type == "markdown" and "questions to try" in last.source.lower()
+    questions = re.findall(r"^\d+\.\s", last.source, flags=re.MULTILINE)
+    assert 2 <= len(questions) <= 3, f"{path.name}: {len(questions)} numbered questions"
+    # the first code cell is the parameters cell and reads the smoke switch
+    code = _code(nb)
+    params = code[0]
+    assert "parameters" in params.metadata.get("tags", [])
+    assert 'SMOKE = os.environ.get("FEDALA_LAB_SMOKE") == "1"' in params.source
+    assert "FEDALA_LAB_RUNS" in params.source
+    assert sum("parameters" in c.metadata.get("tags", []) for c in code) == 1
+    # sliders, and figures that also render headless
+    source = "\n".join(c.source for c in code)
+    assert "interact(" in source, f"{path.name} has no slider"
+    assert "%matplotlib inline" in source
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_only_calls_the_library(path):
+    for i, cell in enumerate(_code(_read(path))):
+        for pattern, what in FORBIDDEN.items():
+            assert not re.search(pattern, cell.source), f"{path.name}, code cell {i}: {what}"
+
+
+def test_kernel_runs_the_venv_python():
+    """``make lab`` starts JupyterLab from the venv: its default kernel must run this Python."""
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import KernelManager
+
+    spec = KernelSpecManager().get_kernel_spec("python3")
+    assert spec.language == "python"
+    cmd = KernelManager(kernel_name="python3").format_kernel_cmd()
+    assert Path(cmd[0]).resolve() == Path(sys.executable).resolve()
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^lab: \$\(STAMP\)\n\t\$\(BIN\)/jupyter lab notebooks/?( .*)?$", makefile, flags=re.MULTILINE)
+
+
+def _widget_outputs(nb) -> list[dict]:
+    state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    return [o for m in state.values() if m.get("model_name") == "OutputModel"
+            for o in m.get("state", {}).get("outputs", [])]
+
+
+def _has_image(outputs) -> bool:
+    return any("image/png" in o.get("data", {}) for o in outputs)
+
+
+@pytest.fixture(scope="module")
+def smoke_store(tmp_path_factory):
+    # one store for all notebooks: runs shared between them are computed once, as for a student
+    return tmp_path_factory.mktemp("notebook_runs")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_executes_headless(path, smoke_store, monkeypatch):
+    from fedala_lab.record.store import RunStore
+
+    monkeypatch.setenv("FEDALA_LAB_SMOKE", "1")
+    monkeypatch.setenv("FEDALA_LAB_RUNS", str(smoke_store))
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    nb = _read(path)
+    client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
+                                     resources={"metadata": {"path": str(NB_DIR)}})
+    tic = time.perf_counter()
+    client.execute()  # raises CellExecutionError on the first failing cell, with its traceback
+    seconds = time.perf_counter() - tic
+    assert seconds < NOTEBOOK_BUDGET, f"{path.name} took {seconds:.0f} s in smoke mode"
+
+    outputs = [o for c in _code(nb) for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert _has_image(outputs), f"{path.name} drew no figure"
+    # what each interact drew with its default values
+    widget = _widget_outputs(nb)
+    errors = [f"{o.get('ename')}: {o.get('evalue')}" for o in widget if o.get("output_type") == "error"]
+    assert not errors, f"an interact callback of {path.name} failed: {errors}"
+    assert _has_image(widget), f"the interact callbacks of {path.name} drew no figure"
+    # the runs went to the temporary store, at smoke size
+    runs = RunStore(smoke_store).list()
+    assert len(runs) > 0
+    assert runs["rounds"].max() <= SMOKE_MAX_ROUNDS
