@@ -27,7 +27,7 @@ DATASETS = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100")
 POOL_PREFIX = "pfllib-pool:"
 PARTITIONS = ("iid", "pathological", "dirichlet")
 MODELS = ("auto", "fedavgcnn", "smallcnn", "mlp", "resnet18", "fasttext")
-BACKENDS = ("vectorised", "loop")
+BACKENDS = ("auto", "vectorised", "loop")
 # Algorithm names. "fedala" is "fedavg+ala" (the paper's FedALA is ALA on a FedAvg server).
 ALGORITHMS = (
     "fedavg", "fedprox", "fedala", "fedavg+ala", "fedprox+ala",
@@ -209,7 +209,9 @@ class RunConfig:
     snapshot_clients: str = "none"
     # Rounds from which snapshots are kept (Fig. 4 uses a late window, e.g. 140–200).
     snapshot_from: int = 1
-    backend: str = "vectorised"
+    # "auto": vectorised on a GPU and for small models; on a CPU, models over 200k parameters run a client
+    # at a time ("loop"), which measured 1.4× faster there for the MNIST CNN (benchmarks/results.md).
+    backend: str = "auto"
     # "auto" = cuda, then mps, then cpu. Never part of the key.
     device: str = "auto"
     # Save a resumable checkpoint every k rounds (0 = never).

@@ -23,6 +23,20 @@ def shared_mnist_dir() -> str:
     return str(root / "fedala-mnist-dir0.1")
 
 
+def mnist_pathological_dataset(root: str | None = None) -> str:
+    """Where MNIST pathological comes from: torchvision's MNIST files when present (the paper's source),
+    else every image of the shared MNIST partition pooled and re-partitioned (``pfllib-pool:<dir>``; it
+    holds all 70,000 MNIST images, so the pool is MNIST in another order)."""
+    from .config import POOL_PREFIX, default_data_root
+
+    raw = Path(root or default_data_root()).expanduser() / "MNIST" / "raw"
+    have_tv = all(any((raw / (f + gz)).is_file() for gz in ("", ".gz")) for f in (
+        "train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"))
+    if have_tv or not Path(shared_mnist_dir()).is_dir():
+        return "mnist"
+    return POOL_PREFIX + shared_mnist_dir()
+
+
 def _teach() -> RunConfig:
     return RunConfig(
         # The 8×8 digits ship with scikit-learn: works offline on any laptop.
@@ -57,8 +71,9 @@ def _mnist_dir01() -> RunConfig:
 def _mnist_pat() -> RunConfig:
     return RunConfig(
         # Table 2 / Fig. 4 setting: MNIST pathological, 2 labels per client, 20 clients. From torchvision
-        # when the files are present.
-        data=DataConfig(dataset="mnist", partition="pathological", classes_per_client=2, num_clients=20),
+        # when its files are present, else the shared partition's images pooled (mnist_pathological_dataset).
+        data=DataConfig(dataset=mnist_pathological_dataset(), partition="pathological", classes_per_client=2,
+                        num_clients=20),
         model="fedavgcnn", rounds=2000, lr=0.005, batch_size=10, checkpoint_every=50,
     )
 
@@ -79,7 +94,8 @@ def _teach_fedlama() -> RunConfig:
 PRESETS = {
     "teach": (_teach, "digits, 20 clients, Dir(0.1), small CNN, 50 rounds: seconds on a laptop CPU"),
     "mnist-dir0.1": (_mnist_dir01, "the shared real MNIST Dir(0.1) partition with the reference settings"),
-    "mnist-pat": (_mnist_pat, "torchvision MNIST, pathological (2 labels/client), reference settings"),
+    "mnist-pat": (_mnist_pat, ("MNIST pathological (2 labels/client), reference settings; torchvision files "
+                               "or the shared partition's images pooled")),
     "teach-fedlama": (_teach_fedlama, "teach with FedLAMA: τ0 = 10 local steps per round, φ = 2, reshuffled"),
 }
 

@@ -53,6 +53,7 @@ import pandas as pd
 
 from .config import RunConfig
 from .errors import ConfigError, FedalaError, TrainingDiverged
+from .presets import mnist_pathological_dataset  # re-exported: where MNIST pathological comes from
 
 # spellings accepted for grid axes, besides the config field names themselves
 AXIS_ALIASES = {"algos": "algo", "algorithm": "algo", "seeds": "seed", "clients": "num_clients",
@@ -227,27 +228,12 @@ def _table7() -> SweepSpec:
                                               ("seed", (0, 1, 2, 3, 4))), name="table7-mnist-dir0.1")
 
 
-def mnist_pathological_dataset(root: str | None = None) -> str:
-    """Where MNIST pathological comes from: torchvision's MNIST files when present (the paper's source),
-    else every image of the shared MNIST partition pooled and re-partitioned (``pfllib-pool:<dir>``;
-    it holds all 70,000 MNIST images, so the pool is MNIST in another order)."""
-    from .config import default_data_root
-    from .presets import shared_mnist_dir
-
-    raw = Path(root or default_data_root()).expanduser() / "MNIST" / "raw"
-    have_tv = all(any((raw / (f + gz)).is_file() for gz in ("", ".gz")) for f in (
-        "train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"))
-    if have_tv or not Path(shared_mnist_dir()).is_dir():
-        return "mnist"
-    return "pfllib-pool:" + shared_mnist_dir()
-
-
 def _table2() -> SweepSpec:
     # Table 2 of the paper, MNIST column: pathological, 2 labels per client, 20 clients, reference
-    # settings (preset "mnist-pat"), 5 runs. The data source is chosen by mnist_pathological_dataset().
+    # settings (preset "mnist-pat", whose data source is chosen by presets.mnist_pathological_dataset), 5 runs.
     from .presets import preset
 
-    base = preset("mnist-pat", dataset=mnist_pathological_dataset())
+    base = preset("mnist-pat")
     return SweepSpec(base, (("algo", ("fedavg", "fedprox", "fedala")), ("seed", (0, 1, 2, 3, 4))),
                      name="table2-mnist-pat")
 

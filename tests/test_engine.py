@@ -138,3 +138,15 @@ def test_snapshots_and_tracking(ragged):
     torch.testing.assert_close(torch.as_tensor(w["fc.weight"]), sim.algo_state["ala.w.fc.weight"][2])
     with pytest.raises(KeyError, match="no parameter snapshots for client 0"):
         run.snapshots(0)
+
+
+def test_auto_backend_picks_by_device_and_model_size(ragged):
+    from fedala_lab.engine.simulate import SMALL_MODEL, resolve_backend
+
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert resolve_backend("auto", cpu, SMALL_MODEL - 1) == "vectorised"
+    assert resolve_backend("auto", cpu, 582_026) == "loop"
+    assert resolve_backend("auto", gpu, 582_026) == "vectorised"
+    assert resolve_backend("loop", gpu, 10) == "loop"
+    sim, run = run_sim(small_cfg(algo="fedavg", rounds=1), ragged)
+    assert sim.backend.name == "vectorised" and run.meta["env"]["backend"] == "vectorised"

@@ -63,6 +63,17 @@ def resolve_device(name: str) -> torch.device:
     return dev
 
 
+def resolve_backend(name: str, device: torch.device, num_params: int) -> str:
+    """"auto" → "vectorised", except a model over SMALL_MODEL parameters on a CPU → "loop".
+
+    On a CPU a step of a large model is real arithmetic, and vmap turns its convolutions into slow
+    grouped ones (PERFORMANCE.md); small models are bound by per-step overhead, which vmap amortises.
+    """
+    if name != "auto":
+        return name
+    return "loop" if device.type == "cpu" and num_params >= SMALL_MODEL else "vectorised"
+
+
 class Simulation:
     """State and shared services of one run; ``run()`` is the round loop."""
 
@@ -81,7 +92,8 @@ class Simulation:
             from ..models import top_block_start
 
             top_block_start(self.model, cfg.p)  # raises the ConfigError naming p and the blocks
-        self.backend = make_backend(cfg.backend, chunk_clients)
+        n_params = sum(p.numel() for p in self.model.parameters())
+        self.backend = make_backend(resolve_backend(cfg.backend, self.device, n_params), chunk_clients)
         self.algo = build_algorithm(cfg)
         self.dtype = next(self.model.parameters()).dtype
 
@@ -327,8 +339,10 @@ class Simulation:
 
         trained_loss = nan.copy()
         if evaluated and cfg.record_train_loss:
+            tic = time.perf_counter()
             tr = self.evaluate(self.local_params, self.local_buffers, "train", clients=selected)
             trained_loss[sel_mask] = tr["loss_sum"] / np.maximum(tr["num"], 1)
+            t_eval += time.perf_counter() - tic
         rec.snapshot_models(t, "end", self.local_params)
 
         if diverged.any():
@@ -388,7 +402,7 @@ class Simulation:
     def to_run(self, status: str = "complete") -> Run:
         clients, rounds, ala = self.recorder.frames()
         meta = {
-            "env": environment(self.device),
+            "env": {**environment(self.device), "backend": self.backend.name},
             "param_names": self.param_names,
             "param_shapes": {k: list(v.shape[1:]) for k, v in self.local_params.items()},
             "ala_params": list(self.ala.names) if hasattr(self, "ala") else [],

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import RunConfig
-from ..errors import ConfigError, DataError, FedalaError
+from ..errors import ConfigError, DataError
 
 # ==================================================================================================
 # Fig. 4 protocol
@@ -154,16 +154,9 @@ def build_plan(preset_name: str = "quick", *, rounds: int | None = None, seeds: 
         practical = preset("mnist-dir0.1")
         pathological = preset("mnist-pat")
         notes = []
-        try:
-            from ..data.sources import load_pool
-
-            load_pool("mnist", root=pathological.data.root)
-        except FedalaError as err:
-            pathological = _pooled_pathological(pathological)
-            notes.append(f"torchvision MNIST not found ({str(err).splitlines()[0][:120]}…): " + (
-                "MNIST pathological is drawn from the shared partition's 70,000 images pooled "
-                f"(dataset {pathological.data.dataset})" if pathological is not None else
-                "Table 2's pathological column is left out and Fig. 4 runs on the MNIST Dir(0.1) partition"))
+        if pathological.data.dataset != "mnist":
+            notes.append("torchvision MNIST not found: MNIST pathological is drawn from the shared partition's "
+                         f"70,000 images pooled (dataset {pathological.data.dataset})")
         plan = Plan(
             name="paper", base_name="mnist-dir0.1", practical=practical, pathological=pathological,
             seeds=(0, 1, 2, 3, 4), ablation_seeds=(0, 1, 2), p_values=(1, 2, 3, 4),
@@ -609,20 +602,6 @@ def _make_one(spec: FigureSpec, ctx: Context, *, command: str, only_command: str
         "runs_computed": ctx.computed, "runs_total": len(runs),
         "seconds": round(seconds, 1), "findings": findings,
     }
-
-
-def _pooled_pathological(mnist_pat: RunConfig) -> RunConfig | None:
-    """MNIST pathological from the shared Dir(0.1) partition's images, pooled and partitioned afresh
-    (``pfllib-pool:``; the partition holds all 70,000 MNIST images), or None if that folder is absent."""
-    from ..presets import shared_mnist_dir
-
-    try:
-        from ..config import POOL_PREFIX
-    except ImportError:  # a version of the library without pooled PFLlib sources
-        return None
-    if not Path(shared_mnist_dir()).is_dir():
-        return None
-    return mnist_pat.replace(dataset=POOL_PREFIX + shared_mnist_dir())
 
 
 def describe_plan(plan: Plan) -> list[str]:
