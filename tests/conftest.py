@@ -14,7 +14,12 @@ import numpy as np
 import pytest
 import torch
 
+# next to the checkout (or $FEDALA_LAB_SHARED_DATA), else where these machines keep it for a clone elsewhere
 SHARED_MNIST = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "fedala-mnist-dir0.1"
+if os.environ.get("FEDALA_LAB_SHARED_DATA"):
+    SHARED_MNIST = Path(os.environ["FEDALA_LAB_SHARED_DATA"]) / "fedala-mnist-dir0.1"
+elif not SHARED_MNIST.is_dir():
+    SHARED_MNIST = Path("/work/shared/data/fedala-mnist-dir0.1")
 
 torch.set_num_threads(1)  # tiny models: one thread is fastest and robust on a shared 2-core machine
 

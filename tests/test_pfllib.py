@@ -11,13 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import SHARED_MNIST as SHARED
 
 from fedala_lab.data.pfllib import ClientSplits, RestrictedUnpickler, load_pfllib, safe_load_npz_object
 from fedala_lab.errors import DataError, UnsafeFileError
-
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "fedala-mnist-dir0.1"
-if not SHARED.is_dir():
-    SHARED = Path("/work/shared/data/fedala-mnist-dir0.1")
 
 
 def _save(path: Path, x, y, protocol=None):
