@@ -80,15 +80,9 @@ def _window_arg(window) -> tuple[int, int]:
 
 
 def _with_snapshots(store, cfg: RunConfig, client: int, first: int, progress, callback):
-    """The stored run of ``cfg`` if it holds the snapshots needed, else (re)compute it.
-
-    Snapshot settings are not part of a config's key (they do not change the result), so the store may
-    hold the same run recorded without them: then it is recomputed (``force``) with them.
-    """
-    hit = store.find(cfg)
-    if hit is not None and _has_snapshots(hit, client, first):
-        return hit
-    return store.get_or_run(cfg, progress=progress, callback=callback, force=hit is not None)
+    """The stored run of ``cfg`` if it holds the snapshots needed, else (re)compute it with them."""
+    return store.get_or_run(cfg, progress=progress, callback=callback,
+                            needs=lambda run: _has_snapshots(run, client, first))
 
 
 def _has_snapshots(run, client: int, first: int) -> bool:

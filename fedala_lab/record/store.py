@@ -52,13 +52,20 @@ class RunStore:
 
     # -- reading -----------------------------------------------------------------------------------
 
-    def find(self, cfg: RunConfig) -> Run | None:
-        """The finished run of this config, or None."""
+    def has(self, cfg: RunConfig) -> bool:
+        """Whether the store holds the finished run of this config (reads its config, not its arrays)."""
         d = self.dir_for(cfg)
         if not (d / "manifest.json").is_file():
-            return None
-        run = Run.load(d)
-        return run if run.config.key() == cfg.key() else None
+            return False
+        try:
+            stored = RunConfig.from_dict(json.loads((d / "config.json").read_text()))
+        except (OSError, ValueError):
+            return False
+        return stored.key() == cfg.key()
+
+    def find(self, cfg: RunConfig) -> Run | None:
+        """The finished run of this config, or None."""
+        return Run.load(self.dir_for(cfg)) if self.has(cfg) else None
 
     def load(self, name: str) -> Run:
         """Load a run by folder name. Only folders directly inside the store can be reached."""
@@ -93,14 +100,17 @@ class RunStore:
 
     # -- writing -----------------------------------------------------------------------------------
 
-    def save(self, run: Run) -> Path:
-        """Write ``run`` atomically (temporary folder, then rename). An existing finished run wins."""
+    def save(self, run: Run, *, replace: bool = False) -> Path:
+        """Write ``run`` atomically (temporary folder, then rename). An existing finished run wins, unless
+        ``replace`` (then it is removed first)."""
         self.root.mkdir(parents=True, exist_ok=True)
         final = self.dir_for(run.config)
         tmp = self.root / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
         tmp.mkdir()
         try:
             run.save(tmp)
+            if replace:
+                shutil.rmtree(final, ignore_errors=True)
             try:
                 os.rename(tmp, final)
             except OSError:
@@ -128,37 +138,40 @@ class RunStore:
             yield
 
     def get_or_run(self, cfg: RunConfig, *, data=None, progress: bool = True, callback: Callable | None = None,
-                   resume: bool = True, force: bool = False) -> Run:
+                   resume: bool = True, force: bool = False, needs: Callable[[Run], bool] | None = None) -> Run:
         """The finished run of ``cfg`` from the store, or simulate it (resuming a checkpoint) and save it.
 
+        ``force`` recomputes and replaces a stored run. ``needs(run)`` says whether a stored run holds what
+        the caller needs: what is recorded (tracked clients, snapshots) is not part of a config's key, so
+        the store may hold the same run recorded without it; such a run is recomputed (the same result)
+        with ``cfg``'s recording settings and replaces the stored one.
         A run that diverged is saved too (status "diverged") and the :class:`TrainingDiverged` re-raised.
         """
         from ..engine.simulate import simulate
 
-        if not force:
-            hit = self.find(cfg)
-            if hit is not None:
-                return hit
+        def usable(hit):
+            return hit is not None and (needs is None or needs(hit))
+
+        hit = None if force else self.find(cfg)
+        if usable(hit):
+            return hit
         with self._lock(cfg):
             if not force:
                 hit = self.find(cfg)  # another process may have finished it while we waited
-                if hit is not None:
+                if usable(hit):
                     return hit
+            replace = force or hit is not None
             ckpt = self.checkpoint_for(cfg)
             try:
                 run = simulate(cfg, data, progress=progress, callback=callback, checkpoint=ckpt,
-                               resume=resume and not force)
+                               resume=resume and not replace)
             except TrainingDiverged as err:
                 if err.run is not None:
-                    if force:
-                        shutil.rmtree(self.dir_for(cfg), ignore_errors=True)
-                    self.save(err.run)
+                    self.save(err.run, replace=replace)
                 with contextlib.suppress(FileNotFoundError):
                     ckpt.unlink()
                 raise
-            if force:
-                shutil.rmtree(self.dir_for(cfg), ignore_errors=True)
-            self.save(run)
+            self.save(run, replace=replace)
             with contextlib.suppress(FileNotFoundError):
                 ckpt.unlink()
             return run
