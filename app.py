@@ -6,8 +6,7 @@ Listens on this machine only by default; ``--share`` (off by default) would crea
 
 import sys
 
-from fedala_lab.webapp import main, offline_env
+from fedala_lab.webapp import main
 
 if __name__ == "__main__":
-    offline_env()  # no telemetry, no hub calls: set before Gradio is imported
     sys.exit(main())

@@ -70,7 +70,8 @@ def measure(scenario: str, chunk: int | None, device: str, threads: int) -> dict
                                      sc["classes"], name=f"synthetic-{scenario}")
     cfg = RunConfig(data=DataConfig(num_clients=n), model=sc["model"], algo=sc["algo"], rounds=sc["rounds"],
                     local_steps=sc["steps"], batch_size=10, record_train_loss=False, track_clients="none",
-                    max_start_epochs=3, checkpoint_every=0, device=device)
+                    max_start_epochs=3, checkpoint_every=0, device=device,
+                    backend="vectorised")  # what is measured; "auto" picks loop for large models on a CPU
     cuda = device.startswith("cuda")
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -133,10 +134,9 @@ def main(argv=None) -> int:
     ap.add_argument("--append", type=Path, default=None, help="append the table to this Markdown file")
     ap.add_argument("--one", nargs=2, metavar=("SCENARIO", "CHUNK"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.device == "auto":
-        import torch
+    from fedala_lab.engine.simulate import resolve_device
 
-        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    args.device = str(resolve_device(args.device))
     if args.one:
         sc, ch = args.one
         print(json.dumps(measure(sc, None if ch == "all" else int(ch), args.device, args.threads)))

@@ -39,8 +39,10 @@ def one(cfg, data) -> dict:
             "init": list(r["init_seconds"]), "train": list(r["train_seconds"]), "eval": list(r["eval_seconds"])}
 
 
-def bench(name: str, rounds: int, repeats: int, algos: list[str], device: str) -> list[str]:
-    cfg0 = preset(name, rounds=rounds, device=device, checkpoint_every=0)
+def bench(name: str, rounds: int, repeats: int, algos: list[str], device: str,
+          threads: int | None = None) -> list[str]:
+    # threads in the config too: with None the run picks one thread for small models on a CPU
+    cfg0 = preset(name, rounds=rounds, device=device, checkpoint_every=0, threads=threads)
     dev = resolve_device(device)
     t = time.perf_counter()
     data = FederatedData.from_config(cfg0.data, dev)
@@ -110,7 +112,7 @@ def main(argv=None) -> int:
     for name in names:
         rounds = args.rounds or (50 if name == "teach" else (20 if gpu else 3))
         repeats = args.repeats if name == "teach" or gpu else 1
-        lines += bench(name, rounds, repeats, args.algos.split(","), args.device)
+        lines += bench(name, rounds, repeats, args.algos.split(","), args.device, args.threads or None)
     text = "\n".join(lines) + "\n"
     print(text)
     with open(args.out, "a") as fh:

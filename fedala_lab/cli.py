@@ -80,18 +80,23 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _config_from_args(args) -> list[RunConfig]:
-    from .presets import preset
-
-    if args.preset:
-        base = preset(args.preset)
-    else:
-        base = RunConfig()
-    if args.config:
-        base = RunConfig.from_dict(_merge(base.to_dict(), _read_config_file(args.config)))
-    changes = flag_changes(args)
+    base, changes = config_and_changes(args)
     cfg = base.replace(**changes) if changes else base
     algos = [a.strip() for a in args.algos.split(",")] if args.algos else [cfg.algo]
     return [cfg.replace(algo=a) for a in algos]
+
+
+def config_and_changes(args, base: RunConfig | None = None) -> tuple[RunConfig, dict]:
+    """``base`` (else --preset, else the defaults) with the --config file merged in, and the changes the run
+    flags and --set name (returned apart, so ``sweep`` can check them against its grid before applying them)."""
+    if base is None:
+        from .presets import preset
+
+        base = preset(args.preset) if args.preset else RunConfig()
+    if args.config:
+        # from_dict routes the file's top-level data fields (and data_seed) into "data"
+        base = RunConfig.from_dict(_merge(base.to_dict(), _read_config_file(args.config)))
+    return base, flag_changes(args)
 
 
 def flag_changes(args) -> dict:

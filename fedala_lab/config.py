@@ -25,6 +25,14 @@ DATASETS = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100")
 # "pfllib-pool:<dir>": every image of a PFLlib partition pooled, to be partitioned afresh (e.g. MNIST
 # pathological from the shared Dir(0.1) files when torchvision's MNIST is absent; data/sources.py).
 POOL_PREFIX = "pfllib-pool:"
+
+
+def pool_directory(dataset) -> str | None:
+    """The directory of a ``pfllib-pool:<dir>`` dataset name; None for any other name (or a bare prefix)."""
+    if isinstance(dataset, str) and dataset.startswith(POOL_PREFIX) and len(dataset) > len(POOL_PREFIX):
+        return dataset[len(POOL_PREFIX):]
+    return None
+
 PARTITIONS = ("iid", "pathological", "dirichlet")
 MODELS = ("auto", "fedavgcnn", "smallcnn", "mlp", "resnet18", "fasttext")
 BACKENDS = ("auto", "vectorised", "loop")
@@ -121,8 +129,7 @@ class DataConfig:
     def __post_init__(self):
         d = self.dataset
         _check(
-            isinstance(d, str) and (d in DATASETS or (d.startswith("pfllib:") and len(d) > 7)
-                                    or (d.startswith(POOL_PREFIX) and len(d) > len(POOL_PREFIX))),
+            isinstance(d, str) and (d in DATASETS or (d.startswith("pfllib:") and len(d) > 7) or self.is_pool),
             "dataset", d, "one of " + ", ".join(DATASETS) + ", pfllib:<directory> or pfllib-pool:<directory>",
         )
         _choice("partition", self.partition, PARTITIONS)
@@ -143,6 +150,15 @@ class DataConfig:
     @property
     def is_pfllib(self) -> bool:
         return self.dataset.startswith("pfllib:")
+
+    @property
+    def pool_dir(self) -> str | None:
+        """The PFLlib directory pooled by a ``pfllib-pool:<dir>`` dataset, else None."""
+        return pool_directory(self.dataset)
+
+    @property
+    def is_pool(self) -> bool:
+        return self.pool_dir is not None
 
 
 @dataclass(frozen=True)
@@ -364,8 +380,8 @@ class RunConfig:
         ds = self.data.dataset
         if self.data.is_pfllib:
             ds = "pfllib-" + Path(ds[7:]).name
-        elif ds.startswith(POOL_PREFIX):
-            ds = "pool-" + Path(ds[len(POOL_PREFIX):]).name
+        elif self.data.is_pool:
+            ds = "pool-" + Path(self.data.pool_dir).name
         part = "" if self.data.is_pfllib else {
             "iid": "-iid",
             "pathological": f"-pat{self.data.classes_per_client}",

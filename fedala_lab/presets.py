@@ -27,12 +27,10 @@ def mnist_pathological_dataset(root: str | None = None) -> str:
     """Where MNIST pathological comes from: torchvision's MNIST files when present (the paper's source),
     else every image of the shared MNIST partition pooled and re-partitioned (``pfllib-pool:<dir>``; it
     holds all 70,000 MNIST images, so the pool is MNIST in another order)."""
-    from .config import POOL_PREFIX, default_data_root
+    from .config import POOL_PREFIX
+    from .data.sources import mnist_files_present
 
-    raw = Path(root or default_data_root()).expanduser() / "MNIST" / "raw"
-    have_tv = all(any((raw / (f + gz)).is_file() for gz in ("", ".gz")) for f in (
-        "train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"))
-    if have_tv or not Path(shared_mnist_dir()).is_dir():
+    if mnist_files_present("mnist", root or None) or not Path(shared_mnist_dir()).is_dir():
         return "mnist"
     return POOL_PREFIX + shared_mnist_dir()
 

@@ -141,11 +141,8 @@ class SweepSpec:
         if overrides:
             from .cli import _merge
 
-            flat = dict(overrides)
-            if "data_seed" in flat:  # RunConfig.from_dict knows it, the merge below must too
-                flat.setdefault("data", {})
-                flat["data"] = {**flat["data"], "seed": flat.pop("data_seed")}
-            base = RunConfig.from_dict(_merge(base.to_dict(), _route_data(flat)))
+            # from_dict routes top-level data fields and data_seed into "data" (they win over it)
+            base = RunConfig.from_dict(_merge(base.to_dict(), overrides))
         grid = d.get("grid") or {}
         if not isinstance(grid, Mapping):
             raise ConfigError("spec.grid", grid, "a mapping axis -> list of values")
@@ -164,7 +161,7 @@ class SweepSpec:
         """A copy with axes replaced or added (``spec.with_axes(seed=range(5))``)."""
         grid = dict(self.grid)
         for a, v in axes.items():
-            grid[_axis_name(a)] = tuple(v) if not isinstance(v, (str, int, float, bool)) else (v,)
+            grid[_axis_name(a)] = v  # canonical name, so an alias replaces its axis; values: __post_init__
         return dataclasses.replace(self, grid=tuple(grid.items()))
 
     # -- expansion ---------------------------------------------------------------------------------
@@ -196,24 +193,6 @@ class SweepSpec:
             return self.by
         rows = tuple(a for a in self.axes if a not in SEED_AXES)
         return rows or ("algo",)
-
-
-def _route_data(d: dict) -> dict:
-    """Flat config overrides with data fields at top level → {"data": {...}, run fields...}."""
-    from dataclasses import fields as dc_fields
-
-    from .config import DataConfig
-
-    data_names = {f.name for f in dc_fields(DataConfig)}
-    run_names = {f.name for f in dc_fields(RunConfig)}
-    out = {k: v for k, v in d.items() if k != "data"}
-    data = dict(d.get("data") or {})
-    for k in list(out):
-        if k in data_names and k not in run_names:
-            data[k] = out.pop(k)
-    if data:
-        out["data"] = data
-    return out
 
 
 # ----------------------------------------------------------------------------- named reproduction sweeps
@@ -291,10 +270,6 @@ def _work(cfg_dict: dict, store_root: str | None, force: bool, threads: int | No
     except TrainingDiverged as err:  # saved with status "diverged"; the sweep goes on
         return {"key": cfg.key(), "status": "diverged", "message": str(err)}
     return {"key": cfg.key(), "status": run.status, "message": ""}
-
-
-def _init_worker(threads: int | None) -> None:
-    _set_threads(threads)
 
 
 def machine_cpus() -> int:
@@ -423,29 +398,30 @@ def run_sweep(spec: SweepSpec, *, store=None, workers: int | str = "auto", ray: 
     unique: dict[str, RunConfig] = {}
     for _, cfg in pairs:
         unique.setdefault(cfg.key(), cfg)
-    done = {k for k, c in unique.items() if not force and (store.dir_for(c) / "manifest.json").is_file()}
+    done = {k for k, c in unique.items() if not force and store.has(c)}
     todo = [c for k, c in unique.items() if k not in done]
     failed: dict[str, str] = {}
+    loaded: dict = {}  # key -> Run, filled by the paths that have the run in this process
 
     bar = tqdm(total=len(unique), initial=len(done), desc=f"sweep {spec.name}", unit="run", disable=not progress,
                dynamic_ncols=True)
     try:
         if todo and (ray or ray_address):
             _run_ray(todo, root, force, threads, gpus_per_run, workers, ray_address,
-                     shared_store if shared_store is not None else ray_address is None, store, bar, failed)
+                     shared_store if shared_store is not None else ray_address is None, store, bar, failed,
+                     loaded)
         elif todo:
             n = _auto_workers(todo[0], len(todo)) if workers == "auto" else int(workers)
             if n < 1:
                 raise ConfigError("workers", workers, "a positive integer or 'auto'")
             if n == 1:
-                _run_sequential(todo, store, force, threads, bar, failed)
+                _run_sequential(todo, store, force, threads, bar, failed, loaded)
             else:
                 _run_pool(todo, root, force, threads, min(n, len(todo)), bar, failed)
     finally:
         bar.close()
 
     runs, rows = [], []
-    loaded: dict = {}
     for point, cfg in pairs:
         k = cfg.key()
         if k in failed:
@@ -467,10 +443,9 @@ def run_sweep(spec: SweepSpec, *, store=None, workers: int | str = "auto", ray: 
 def _row(run, point: dict, key: str) -> dict:
     from .analysis.tables import run_row
 
-    extra = [a for a in point if a not in SEED_AXES and a not in (
-        "algo", "dataset", "partition", "beta", "num_clients", "rounds", "seed")]
-    row = run_row(run, extra)
-    row.update(point)
+    row = run_row(run)
+    # the point's values; seed axes last, so data_seed stays the last column of runs.csv
+    row.update(sorted(point.items(), key=lambda kv: kv[0] in SEED_AXES))
     row["key"] = key
     row["run_dir"] = str(run.path) if run.path else ""
     return row
@@ -489,26 +464,24 @@ def _finish(bar, cfg: RunConfig, result, failed: dict) -> None:
     bar.update(1)
 
 
-def _run_sequential(todo, store, force, threads, bar, failed) -> None:
-    import torch
+def _run_sequential(todo, store, force, threads, bar, failed, runs) -> None:
+    from .engine.simulate import cpu_threads
 
-    before = torch.get_num_threads()
-    _set_threads(threads)
-    try:
+    with cpu_threads(int(threads) if threads else None):
         for cfg in todo:
             def show(sim, row, cfg=cfg):  # round-level progress inside the grid bar
                 bar.set_postfix_str(f"{_describe(cfg)} round {row['round']}/{cfg.rounds}")
 
             try:
-                store.get_or_run(cfg, progress=False, force=force, callback=show)
+                runs[cfg.key()] = store.get_or_run(cfg, progress=False, force=force, callback=show)
                 result = {"status": "complete"}
             except TrainingDiverged as err:
+                if err.run is not None:  # saved by the store with status "diverged"
+                    runs[cfg.key()] = err.run
                 result = {"status": "diverged", "message": str(err)}
             except FedalaError as err:
                 result = err
             _finish(bar, cfg, result, failed)
-    finally:
-        torch.set_num_threads(before)
 
 
 def _run_pool(todo, root, force, threads, n, bar, failed) -> None:
@@ -518,8 +491,8 @@ def _run_pool(todo, root, force, threads, n, bar, failed) -> None:
 
     # spawn, not fork: a forked copy of a process that already runs torch threads can deadlock
     ctx = mp.get_context("spawn")
-    with ctx.Manager() as manager, ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker,
-                                                       initargs=(threads,)) as pool:
+    # no initializer: _work sets each task's threads before any torch work
+    with ctx.Manager() as manager, ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
         rounds = manager.Queue()  # workers report each finished round; the bar shows the runs in flight
         futures = {pool.submit(_work, c.to_dict(), root, force, threads, rounds): c for c in todo}
         by_key = {c.key(): c for c in todo}
@@ -554,7 +527,7 @@ def ray_module():
     return ray
 
 
-def _run_ray(todo, root, force, threads, gpus, workers, address, shared, store, bar, failed) -> None:
+def _run_ray(todo, root, force, threads, gpus, workers, address, shared, store, bar, failed, runs) -> None:
     ray = ray_module()
     started = False
     if not ray.is_initialized():
@@ -576,11 +549,8 @@ def _run_ray(todo, root, force, threads, gpus, workers, address, shared, store, 
                 try:
                     result = ray.get(ref)
                     if not isinstance(result, dict):  # a Run from a worker that cannot see the store
-                        if force:
-                            import shutil
-
-                            shutil.rmtree(store.dir_for(cfg), ignore_errors=True)
-                        store.save(result)
+                        store.save(result, replace=force)
+                        runs[cfg.key()] = result
                         result = {"status": result.status}
                 except Exception as err:  # noqa: BLE001 - a failed task (RayTaskError wraps its cause)
                     result = err
@@ -614,7 +584,7 @@ def _parse_list(text: str, axis: str) -> list:
 
 def spec_from_args(args) -> SweepSpec:
     """The sweep the command line asks for: a spec file or named sweep, then flags on top."""
-    from .cli import _merge, _read_config_file, flag_changes
+    from .cli import config_and_changes
 
     if args.spec and args.sweep:
         raise FedalaError("give either --spec FILE or --sweep NAME, not both")
@@ -624,7 +594,7 @@ def spec_from_args(args) -> SweepSpec:
 
         base = preset(args.preset)
     if args.spec:
-        spec = SweepSpec.from_file(args.spec, base=base) if base is not None else SweepSpec.from_file(args.spec)
+        spec = SweepSpec.from_file(args.spec, base=base)
     elif args.sweep:
         spec = sweep_preset(args.sweep)
         if base is not None:
@@ -634,10 +604,7 @@ def spec_from_args(args) -> SweepSpec:
     if args.name:
         spec = dataclasses.replace(spec, name=args.name)
 
-    cfg = spec.base
-    if args.config:
-        cfg = RunConfig.from_dict(_merge(cfg.to_dict(), _route_data(_read_config_file(args.config))))
-    changes = flag_changes(args)
+    cfg, changes = config_and_changes(args, spec.base)  # applied after the clash check below
 
     axes = {}
     if args.algos:
@@ -682,7 +649,7 @@ def cmd_sweep(args) -> int:
         seen = set()
         for point, cfg in pairs:
             k = cfg.key()
-            state = "stored" if (store.dir_for(cfg) / "manifest.json").is_file() else (
+            state = "stored" if store.has(cfg) else (
                 "same run as above" if k in seen else "to run")
             seen.add(k)
             print(f"  {json.dumps(point)}  {store.name_for(cfg)}  [{state}]")

@@ -21,6 +21,25 @@ if os.environ.get("FEDALA_LAB_SHARED_DATA"):
 elif not SHARED_MNIST.is_dir():
     SHARED_MNIST = Path("/work/shared/data/fedala-mnist-dir0.1")
 
+# the lecture app's settings in its tests (test_app.py, test_app_e2e.py): 10 clients, seconds per run
+APP_SMALL = {
+    "dataset": "digits",
+    "partition": "dirichlet",
+    "num_clients": 10,
+    "beta": 0.1,
+    "classes_per_client": 2,
+    "model": "mlp",
+    "rounds": 5,
+    "join_ratio": 1.0,
+    "lr": 0.1,
+    "batch_size": 10,
+    "mu": 0.001,
+    "eta": 1.0,
+    "s": 80.0,
+    "p": 1,
+    "seed": 0,
+}
+
 torch.set_num_threads(1)  # tiny models: one thread is fastest and robust on a shared 2-core machine
 
 

@@ -12,6 +12,7 @@ import types
 
 import numpy as np
 import pytest
+from conftest import APP_SMALL
 
 gr = pytest.importorskip("gradio")
 
@@ -20,23 +21,7 @@ from fedala_lab.presets import preset
 from fedala_lab.record.store import RunStore
 from fedala_lab.webapp import ui
 
-SMALL = {
-    "dataset": "digits",
-    "partition": "dirichlet",
-    "num_clients": 10,
-    "beta": 0.1,
-    "classes_per_client": 2,
-    "model": "mlp",
-    "rounds": 5,
-    "join_ratio": 1.0,
-    "lr": 0.1,
-    "batch_size": 10,
-    "mu": 0.001,
-    "eta": 1.0,
-    "s": 80.0,
-    "p": 1,
-    "seed": 0,
-}
+SMALL = APP_SMALL
 DATA = {k: SMALL[k] for k in ui.DATA_FIELDS}
 
 

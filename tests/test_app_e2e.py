@@ -21,28 +21,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import APP_SMALL
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 ENDPOINTS = {"/partition", "/train", "/ala", "/trajectory", "/ablation", "/fedlama", "/runs"}
-# small, fast settings (seconds): 10 clients, 8 rounds on the embedded digits
-SMALL = {
-    "dataset": "digits",
-    "partition": "dirichlet",
-    "num_clients": 10,
-    "beta": 0.1,
-    "classes_per_client": 2,
-    "model": "mlp",
-    "rounds": 8,
-    "join_ratio": 1.0,
-    "lr": 0.1,
-    "batch_size": 10,
-    "mu": 0.001,
-    "eta": 1.0,
-    "s": 80,
-    "p": 1,
-    "seed": 0,
-}
+# the in-process tests' small settings (10 clients of the embedded digits), 8 rounds: seconds per run
+SMALL = {**APP_SMALL, "rounds": 8}
 
 
 def _free_port() -> int:

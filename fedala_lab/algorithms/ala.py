@@ -104,15 +104,32 @@ def _block_index(model, param_name: str) -> int:
     return [n for n, _ in model.named_children()].index(param_name.split(".", 1)[0])
 
 
+def plain_round(sim, t: int) -> bool:
+    """Rounds that receive G as it is: round 1 (every local model equals G) and rounds ≤ ala_after."""
+    return t == 1 or t <= sim.cfg.ala_after
+
+
+def lower_names(sim, names=None) -> list[str]:
+    """Those of ``names`` (default: all) below ALA's top p blocks: Eq. 4's "1" part takes them from G."""
+    top = set(sim.ala.names)
+    return [n for n in (sim.param_names if names is None else names) if n not in top]
+
+
+def blend_top(sim, clients: torch.Tensor, weights: dict, local: dict | None = None) -> None:
+    """Eq. 4, top blocks: Θ̂ = L + (G − L) ⊙ W for the parameters in ``weights`` (L: ``local`` or current)."""
+    for n, w in weights.items():
+        loc = sim.local_params[n][clients] if local is None else local[n]
+        sim.local_params[n][clients] = blend(loc, sim.global_params[n], w)
+
+
 def ala_initialise(sim, t: int, clients: torch.Tensor) -> int:
     """Local initialisation by ALA for ``clients`` (Algorithm 1, lines 3–10 of the paper)."""
     cfg, info = sim.cfg, sim.ala
-    if t == 1 or t <= cfg.ala_after:
+    if plain_round(sim, t):
         return receive_global(sim, t, clients)
     glob = sim.global_params
-    # Eq. 4, lower layers: the "1" part — take the global model's parameters as they are.
-    lower_names = [n for n in sim.param_names if n not in info.names]
-    receive_global(sim, t, clients, names=lower_names)
+    lower = lower_names(sim)
+    receive_global(sim, t, clients, names=lower)
 
     ids = clients.cpu().numpy()
     windows = []
@@ -139,7 +156,7 @@ def ala_initialise(sim, t: int, clients: torch.Tensor) -> int:
         "buffers": {} if info.cached else {n: b[clients] for n, b in sim.local_buffers.items()},
     }
     shared = {"g": {n: glob[n] for n in info.names},
-              "lower": {} if info.cached else {n: glob[n] for n in lower_names}}
+              "lower": {} if info.cached else {n: glob[n] for n in lower}}
 
     started = sim.algo_state["ala.started"][clients].cpu().numpy()
     losses: list[list[float]] = [[] for _ in ids]
@@ -170,8 +187,7 @@ def ala_initialise(sim, t: int, clients: torch.Tensor) -> int:
 
     for n in info.names:
         sim.algo_state[f"ala.w.{n}"][clients] = carry["w"][n]
-        # Eq. 4, top blocks: Θ̂ = L + (G − L) ⊙ W
-        sim.local_params[n][clients] = blend(carry["l"][n], glob[n], carry["w"][n])
+    blend_top(sim, clients, carry["w"], carry["l"])
     sim.algo_state["ala.started"][clients] = True
     sim.recorder.ala_weights(t, ids, carry["w"])
     if capped:

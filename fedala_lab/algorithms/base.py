@@ -35,6 +35,8 @@ class Algorithm:
     setup: Callable | None = None
     # select(sim, t) -> clients of round t, or None for the shared draw (FedLAMA keeps one per window).
     select: Callable | None = None
+    # SGD steps per round, overriding cfg.local_steps and epochs (FedLAMA: a round is τ0 steps), or None.
+    local_steps: int | None = None
 
 
 def build_algorithm(cfg: RunConfig) -> Algorithm:

@@ -73,7 +73,7 @@ from ..config import RunConfig
 from ..errors import ConfigError
 from . import ala
 from .base import Algorithm
-from .fedavg import receive_global, weighted_mean
+from .fedavg import client_weights, receive_global, weighted_mean
 
 TABLE_LAYERS = "lama_layers"
 TABLE_ADJUST = "lama_adjust"
@@ -126,7 +126,10 @@ def build(cfg: RunConfig, with_ala: bool) -> Algorithm:
             ala.setup(sim)
 
     def initialise(sim, t: int, clients: torch.Tensor) -> int:
-        names = [n for n, s in zip(sim.param_names, sim.algo_state["lama.synced"].tolist()) if s]
+        # the layers averaged at the end of round t-1; intervals change only when every layer was due,
+        # so the current ones tell (round 0: all, every client starts from G)
+        synced = (t - 1) % sim.algo_state["lama.interval"].cpu().numpy() == 0
+        names = [n for n, s in zip(sim.param_names, synced) if s]
         if with_ala:
             return _ala_initialise(sim, t, clients, names)
         return receive_global(sim, t, clients, names=names)
@@ -135,20 +138,19 @@ def build(cfg: RunConfig, with_ala: bool) -> Algorithm:
         # Partial participation: one draw of active clients per φ-round window (module docstring).
         return sim.select(window_start(t, cfg.phi))
 
-    return Algorithm(cfg.algo, initialise=initialise, aggregate=aggregate, setup=setup, select=select)
+    return Algorithm(cfg.algo, initialise=initialise, aggregate=aggregate, setup=setup, select=select,
+                     local_steps=cfg.tau0)
 
 
 def _setup(sim) -> None:
     cfg, n_layers, dev = sim.cfg, len(sim.param_names), sim.device
     st = sim.algo_state
     st["lama.interval"] = torch.ones(n_layers, dtype=torch.int64, device=dev)  # τ_l / τ0: 1 or φ
-    st["lama.synced"] = torch.ones(n_layers, dtype=torch.bool, device=dev)  # averaged at the end of round t-1
-    st["lama.d"] = torch.full((n_layers,), float("nan"), dtype=torch.float64, device=dev)
     st["lama.kappa"] = torch.zeros(n_layers, dtype=torch.int64, device=dev)
+    sim.lama_dims = np.array([sim.global_params[k].numel() for k in sim.param_names], dtype=np.int64)
 
     if not cfg.shuffle:
-        b = cfg.batch_size
-        per_epoch = sim.train_sizes // b if cfg.drop_last else -(-sim.train_sizes // b)
+        per_epoch = sim.batches_per_epoch(sim.train_sizes)
         if (per_epoch > cfg.tau0).any():
             import warnings
 
@@ -160,35 +162,33 @@ def _setup(sim) -> None:
 def aggregate(sim, t: int, selected: torch.Tensor) -> int:
     """Average the layers due at the end of round t, record d_l and κ_l, re-assign intervals every φ rounds."""
     cfg, st = sim.cfg, sim.algo_state
-    names = sim.param_names
+    names, dims = sim.param_names, sim.lama_dims
     interval = st["lama.interval"].cpu().numpy()
     due = t % interval == 0
-    due_names = [n for n, k in zip(names, due) if k]
-    bytes_up = weighted_mean(sim, t, selected, names=due_names)
+    idx = np.flatnonzero(due)
+    bytes_up = weighted_mean(sim, t, selected, names=[names[i] for i in idx])
 
-    # d_l = Σ_i p_i ‖u_l − x_{i,l}‖² / (τ_l · dim(u_l)), p_i the same weights as the mean (float64)
-    n = torch.as_tensor(sim.train_sizes, dtype=torch.float64)[selected.cpu()]
-    p = (n / n.sum()).to(sim.device)
-    dims = np.array([sim.global_params[k].numel() for k in names], dtype=np.int64)
-    d = st["lama.d"].cpu().numpy().copy()
-    d_now = np.full(len(names), np.nan)
-    for i, k in enumerate(names):
-        if not due[i]:
-            continue
-        diff = sim.local_params[k][selected].to(torch.float64) - sim.global_params[k].to(torch.float64)
-        sq = diff.reshape(len(selected), -1).pow(2).sum(1)  # (A,)
-        d_now[i] = d[i] = float(p @ sq) / (interval[i] * cfg.tau0 * dims[i])
+    # d_l = Σ_i p_i ‖u_l − x_{i,l}‖² / (τ_l · dim(u_l)), p_i the same weights as the mean (float64);
+    # NaN for layers not due. One device→host copy for all layers.
+    p = client_weights(sim, selected)
+    d = np.full(len(names), np.nan)
+    if len(idx):  # none is due mid-window when every layer is long (possible with lama_rule="authors")
+        sums = []
+        for i in idx:
+            k = names[i]
+            diff = sim.local_params[k][selected].to(torch.float64) - sim.global_params[k].to(torch.float64)
+            sums.append(p @ diff.reshape(len(selected), -1).pow(2).sum(1))
+        d[idx] = torch.stack(sums).cpu().numpy() / (interval[idx] * cfg.tau0 * dims[idx])
     kappa = st["lama.kappa"].cpu().numpy() + due
-    st["lama.d"] = torch.as_tensor(d, device=sim.device)
     st["lama.kappa"] = torch.as_tensor(kappa, device=sim.device)
-    st["lama.synced"] = torch.as_tensor(due, device=sim.device)
 
     sim.recorder.table_rows(TABLE_LAYERS, {
         "round": np.full(len(names), t), "step": np.full(len(names), t * cfg.tau0), "layer": names,
-        "dim": dims, "interval": interval * cfg.tau0, "synced": due, "d": d_now, "kappa": kappa,
+        "dim": dims, "interval": interval * cfg.tau0, "synced": due, "d": d, "kappa": kappa,
     })
 
-    if t % cfg.phi == 0:  # every φ·τ0 steps; here every layer has just been averaged (due is all True)
+    # every φ·τ0 steps: with τ_l/τ0 ∈ {1, φ} every layer was just averaged, so d holds all of them
+    if t % cfg.phi == 0:
         rule = assign_intervals(d, dims, include_crossing=sim.cfg.lama_rule == "authors")
         new = np.where(rule["long"], cfg.phi, 1).astype(np.int64)
         st["lama.interval"] = torch.as_tensor(new, device=sim.device)
@@ -206,12 +206,9 @@ def _ala_initialise(sim, t: int, clients: torch.Tensor, names: list[str]) -> int
     """FedLAMA + ALA: full ALA after a full synchronisation; mid-window blend the synced top layers with W."""
     if len(names) == len(sim.param_names):
         return ala.ala_initialise(sim, t, clients)
-    if t <= sim.cfg.ala_after:
+    if ala.plain_round(sim, t):
         return receive_global(sim, t, clients, names=names)
-    top = set(sim.ala.names)
-    receive_global(sim, t, clients, names=[n for n in names if n not in top])
-    for n in names:
-        if n in top:  # Eq. 4 with the client's current W: L + (G − L) ⊙ W
-            w = sim.algo_state[f"ala.w.{n}"][clients]
-            sim.local_params[n][clients] = ala.blend(sim.local_params[n][clients], sim.global_params[n], w)
+    receive_global(sim, t, clients, names=ala.lower_names(sim, names))
+    top = set(sim.ala.names)  # Eq. 4 with the client's current W, not learned this round
+    ala.blend_top(sim, clients, {n: sim.algo_state[f"ala.w.{n}"][clients] for n in names if n in top})
     return len(clients) * sim.param_bytes(names)

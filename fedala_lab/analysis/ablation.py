@@ -20,16 +20,11 @@ from .tables import accuracy_table, runs_frame
 ABLATION_PARAMS = ("p", "s", "eta", "threshold")
 
 
-def ala_weight_count(cfg, p: int | None = None) -> int:
-    """Number of ALA weights of ``cfg``'s model for ``p`` (default ``cfg.p``): one per parameter of the
-    top p blocks (Table 6), counted by :func:`fedala_lab.models.num_ala_weights` on the model rebuilt
-    for the config's data (``FederatedData.from_config`` is memoised, so this is cheap after a run)."""
-    from ..data.federated import FederatedData
-    from ..models import build_model, num_ala_weights
-
-    data = FederatedData.from_config(cfg.data)
-    model = build_model(cfg.model, data.input_shape, data.num_classes)
-    return num_ala_weights(model, cfg.p if p is None else p)
+def ala_weight_count(run) -> int:
+    """Number of ALA weights of an ALA run: one per parameter of its top p blocks (Table 6), read off
+    the run's own record (``meta["ala_params"]`` and ``meta["param_shapes"]``)."""
+    shapes = run.meta["param_shapes"]
+    return sum(int(np.prod(shapes[n])) for n in run.meta["ala_params"])
 
 
 def ablation_frame(runs: Iterable, param: str = "p") -> pd.DataFrame:
@@ -52,7 +47,8 @@ def ablation_frame(runs: Iterable, param: str = "p") -> pd.DataFrame:
     secs = df.groupby(param)["ala_seconds"].mean()
     table["ala_seconds"] = table[param].map(secs)
     if param == "p":
-        table["ala_weights"] = [ala_weight_count(runs[0].config, int(v)) for v in table["p"]]
+        by_p = {r.config.p: r for r in runs}  # every p in the table has a run
+        table["ala_weights"] = [ala_weight_count(by_p[int(v)]) for v in table["p"]]
     return table.sort_values(param, kind="stable").reset_index(drop=True)
 
 

@@ -23,6 +23,7 @@ numbers over all rounds are kept in the frame too (``best_acc_all``, ``final_acc
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -30,13 +31,10 @@ import pandas as pd
 from ..algorithms.fedlama import TABLE_ADJUST, TABLE_LAYERS
 from ..config import RunConfig
 from ..record.run import Run
+from .curves import algo_name
 
 # --------------------------------------------------------------------------------------------------
 # per run
-
-
-def is_lama(run: Run) -> bool:
-    return run.config.uses_lama
 
 
 def _table(run: Run, name: str) -> pd.DataFrame:
@@ -71,7 +69,7 @@ def per_round_comm(run: Run) -> pd.Series:
     FedLAMA: Σ over the layers averaged that round of dim(u_l). Others: bytes_up / selected clients /
     bytes per parameter (FedAvg: the model size every round).
     """
-    if is_lama(run):
+    if run.config.uses_lama:
         lay = _table(run, TABLE_LAYERS)
         return (lay["dim"] * lay["synced"].astype(bool)).groupby(lay["round"]).sum().astype(np.int64)
     r = run.rounds.set_index("round")
@@ -85,7 +83,10 @@ def communication(run: Run) -> dict:
 
     ``fedavg_cost`` is rounds × model size: what FedAvg with the same round length would send.
     """
-    per_round = per_round_comm(run)
+    return _communication(run, per_round_comm(run))
+
+
+def _communication(run: Run, per_round: pd.Series) -> dict:
     rounds = int(run.rounds["round"].max()) if len(run.rounds) else 0
     p = num_parameters(run)
     out = {
@@ -93,7 +94,7 @@ def communication(run: Run) -> dict:
         "bytes_up": int(run.rounds["bytes_up"].sum()), "bytes_down": int(run.rounds["bytes_down"].sum()),
     }
     out["percent_of_fedavg"] = 100.0 * out["cost"] / out["fedavg_cost"] if out["fedavg_cost"] else float("nan")
-    if is_lama(run):
+    if run.config.uses_lama:
         lay = _table(run, TABLE_LAYERS)
         out["kappa"] = lay.groupby("layer", sort=False)["synced"].sum().astype(int).to_dict()
     return out
@@ -150,7 +151,7 @@ def synced_rounds(run: Run) -> np.ndarray:
     """Rounds whose evaluation saw fully synchronised models: FedLAMA's window starts ((t − 1) mod φ = 0),
     every round for the other algorithms."""
     r = run.rounds["round"].to_numpy()
-    if is_lama(run):
+    if run.config.uses_lama:
         return r[(r - 1) % run.config.phi == 0]
     return r
 
@@ -174,13 +175,12 @@ def _common_steps(series: list[pd.Series]) -> np.ndarray:
     return np.array(sorted(common or ()), dtype=np.int64)
 
 
-def run_label(run: Run) -> str:
-    """FedAvg(τ0=10), FedLAMA(τ0=10, φ=2), FedLAMA+ALA(…), FedALA(τ0=10)… from the config."""
+def comparison_label(run: Run) -> str:
+    """FedAvg(10 steps), FedLAMA(τ0=10, φ=2), FedLAMA+ALA(…), FedALA(10 steps)… from the config."""
     cfg = run.config
     spr = steps_per_round(cfg)
-    names = {"fedavg": "FedAvg", "fedprox": "FedProx", "fedala": "FedALA", "fedavg+ala": "FedALA",
-             "fedprox+ala": "FedProx+ALA", "fedlama": "FedLAMA", "fedlama+ala": "FedLAMA+ALA"}
-    name = names.get(cfg.algo, cfg.algo)
+    # fedavg+ala is FedALA itself, so both spellings share a label here
+    name = "FedALA" if cfg.algo == "fedavg+ala" else algo_name(cfg.algo)
     if cfg.uses_lama:
         return f"{name}(τ0={cfg.tau0}, φ={cfg.phi})"
     return f"{name}({spr} steps)" if spr else name
@@ -203,47 +203,42 @@ def _as_mapping(runs: Mapping[str, Run] | Iterable[Run]) -> dict[str, Run]:
         return dict(runs)
     out: dict[str, Run] = {}
     for r in runs:
-        label = run_label(r)
+        label = comparison_label(r)
         while label in out:
             label += "'"
         out[label] = r
     return out
 
 
+class _Compared(NamedTuple):
+    """What the table and the curves of one comparison share, computed once."""
+
+    runs: dict[str, Run]
+    ref: str
+    accs: dict[str, pd.Series]  # step_accuracy of each run
+    per_round: dict[str, pd.Series]  # per_round_comm of each run
+    ref_cost: int
+
+
+def _compare(runs: Mapping[str, Run] | Iterable[Run], reference: str | None) -> _Compared:
+    runs = _as_mapping(runs)
+    ref = _reference(runs, reference)
+    accs = {k: step_accuracy(r) for k, r in runs.items()}
+    per_round = {k: per_round_comm(r) for k, r in runs.items()}
+    return _Compared(runs, ref, accs, per_round, int(per_round[ref].sum()))
+
+
 def comm_accuracy_frame(runs: Mapping[str, Run] | Iterable[Run], *, reference: str | None = None) -> pd.DataFrame:
     """One row per run: communication and accuracy, the layout of the paper's Tables 1–4.
 
-    ``runs``: {label: Run} (as from :func:`comparison_runs`) or Runs (labelled by :func:`run_label`).
+    ``runs``: {label: Run} (as from :func:`comparison_runs`) or Runs (labelled by :func:`comparison_label`).
     ``reference``: the label of FedAvg(τ0) (default: the FedAvg run with the fewest steps per round).
     Columns: label, algo, steps_per_round, tau0, phi, rounds, total_steps, comm (C, parameters per client),
     comm_pct (% of the reference's C), bytes_up, bytes_down, best_acc / final_acc (%, on the steps all
     runs share, synchronised rounds only), final_step, best_acc_all / final_acc_all (% as evaluated, all
     rounds).
     """
-    runs = _as_mapping(runs)
-    ref = _reference(runs, reference)
-    accs = {k: step_accuracy(r) for k, r in runs.items()}
-    common = _common_steps(list(accs.values()))
-    ref_cost = communication(runs[ref])["cost"]
-    rows = []
-    for k, r in runs.items():
-        cfg, com = r.config, communication(r)
-        spr = steps_per_round(cfg)
-        a = accs[k]
-        on_grid = a[a.index.isin(common)] if len(common) else a
-        rows.append({
-            "label": k, "algo": cfg.algo, "steps_per_round": spr,
-            "tau0": cfg.tau0 if cfg.uses_lama else spr, "phi": cfg.phi if cfg.uses_lama else 1,
-            "rounds": com["rounds"], "total_steps": com["rounds"] * spr, "comm": com["cost"],
-            "comm_pct": 100.0 * com["cost"] / ref_cost if ref_cost else float("nan"),
-            "bytes_up": com["bytes_up"], "bytes_down": com["bytes_down"],
-            "best_acc": 100 * float(on_grid.max()) if len(on_grid) else float("nan"),
-            "final_acc": 100 * float(on_grid.iloc[-1]) if len(on_grid) else float("nan"),
-            "final_step": int(on_grid.index[-1]) if len(on_grid) else -1,
-            "best_acc_all": 100 * r.best_acc, "final_acc_all": 100 * r.final_acc,
-            "reference": k == ref,
-        })
-    return pd.DataFrame(rows)
+    return _frame(_compare(runs, reference))
 
 
 def comm_accuracy_curves(runs: Mapping[str, Run] | Iterable[Run], *, reference: str | None = None) -> pd.DataFrame:
@@ -252,18 +247,49 @@ def comm_accuracy_curves(runs: Mapping[str, Run] | Iterable[Run], *, reference: 
     ``comm_pct`` is what the clients had sent before that round's evaluation, in % of the reference's total
     C. Only synchronised rounds are kept (see the module docstring).
     """
-    runs = _as_mapping(runs)
-    ref = _reference(runs, reference)
-    ref_cost = communication(runs[ref])["cost"]
+    return _curves(_compare(runs, reference))
+
+
+def comm_accuracy(runs: Mapping[str, Run] | Iterable[Run], *,
+                  reference: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(:func:`comm_accuracy_frame`, :func:`comm_accuracy_curves`) of the same runs, computed together."""
+    cmp = _compare(runs, reference)
+    return _frame(cmp), _curves(cmp)
+
+
+def _frame(cmp: _Compared) -> pd.DataFrame:
+    common = _common_steps(list(cmp.accs.values()))
+    rows = []
+    for k, r in cmp.runs.items():
+        cfg, com = r.config, _communication(r, cmp.per_round[k])
+        spr = steps_per_round(cfg)
+        a = cmp.accs[k]
+        on_grid = a[a.index.isin(common)] if len(common) else a
+        rows.append({
+            "label": k, "algo": cfg.algo, "steps_per_round": spr,
+            "tau0": cfg.tau0 if cfg.uses_lama else spr, "phi": cfg.phi if cfg.uses_lama else 1,
+            "rounds": com["rounds"], "total_steps": com["rounds"] * spr, "comm": com["cost"],
+            "comm_pct": 100.0 * com["cost"] / cmp.ref_cost if cmp.ref_cost else float("nan"),
+            "bytes_up": com["bytes_up"], "bytes_down": com["bytes_down"],
+            "best_acc": 100 * float(on_grid.max()) if len(on_grid) else float("nan"),
+            "final_acc": 100 * float(on_grid.iloc[-1]) if len(on_grid) else float("nan"),
+            "final_step": int(on_grid.index[-1]) if len(on_grid) else -1,
+            "best_acc_all": 100 * r.best_acc, "final_acc_all": 100 * r.final_acc,
+            "reference": k == cmp.ref,
+        })
+    return pd.DataFrame(rows)
+
+
+def _curves(cmp: _Compared) -> pd.DataFrame:
     frames = []
-    for k, r in runs.items():
-        cum = per_round_comm(r).sort_index().cumsum()
+    for k, r in cmp.runs.items():
+        cum = cmp.per_round[k].sort_index().cumsum()
         before = cum.shift(1, fill_value=0)  # sent before round t's evaluation
-        acc = step_accuracy(r)
+        acc = cmp.accs[k]
         rounds = acc.index.to_numpy() // steps_per_round(r.config) + 1
         frames.append(pd.DataFrame({
             "label": k, "round": rounds, "step": acc.index.to_numpy(),
-            "comm_pct": 100.0 * before.reindex(rounds).to_numpy() / ref_cost, "acc": 100 * acc.to_numpy(),
+            "comm_pct": 100.0 * before.reindex(rounds).to_numpy() / cmp.ref_cost, "acc": 100 * acc.to_numpy(),
         }))
     return pd.concat(frames, ignore_index=True)
 
@@ -296,21 +322,29 @@ def comparison_configs(base: RunConfig, *, tau0: int | None = None, phi: int | N
 
 
 def comparison_runs(base: RunConfig, *, tau0: int | None = None, phi: int | None = None, with_ala: bool = False,
-                    store=None, progress: bool = False, data=None) -> dict[str, Run]:
+                    store=None, progress: bool = False, data=None,
+                    have: Mapping[str, Run] | None = None) -> dict[str, Run]:
     """Run (or load from ``store``) the configs of :func:`comparison_configs`; {label: Run}.
 
-    ``store``: a RunStore, a folder, or None (simulate without saving).
+    ``store``: a RunStore, a folder, or None (simulate without saving). ``have``: runs already at hand,
+    by label (e.g. the plain comparison before asking ``with_ala``): reused, not loaded or run again.
     """
     from ..engine.simulate import simulate
     from ..record.store import RunStore
 
     cfgs = comparison_configs(base, tau0=tau0, phi=phi, with_ala=with_ala)
+    have = dict(have or {})
     if data is None:
         from ..data.federated import FederatedData
         from ..engine.simulate import resolve_device
 
         data = FederatedData.from_config(base.data, resolve_device(base.device))
     if store is None:
-        return {k: simulate(c, data, progress=progress) for k, c in cfgs.items()}
-    st = store if isinstance(store, RunStore) else RunStore(store)
-    return {k: st.get_or_run(c, data=data, progress=progress) for k, c in cfgs.items()}
+        def get(c):
+            return simulate(c, data, progress=progress)
+    else:
+        st = store if isinstance(store, RunStore) else RunStore(store)
+
+        def get(c):
+            return st.get_or_run(c, data=data, progress=progress)
+    return {k: have[k] if k in have else get(c) for k, c in cfgs.items()}

@@ -123,7 +123,7 @@ class LossFunction:
     """
 
     def __init__(self, model: torch.nn.Module, param_names: Sequence[str], param_shapes: Mapping[str, Sequence[int]],
-                 x: torch.Tensor, y: torch.Tensor, *, memory: int = MEMORY_BUDGET, chunk: int | None = None):
+                 x: torch.Tensor, y: torch.Tensor, *, memory: int = MEMORY_BUDGET):
         buffers = dict(model.named_buffers())
         if any(b.numel() for b in buffers.values()):
             # Snapshots hold parameters only; a batch-norm model's loss would need the client's statistics.
@@ -139,7 +139,7 @@ class LossFunction:
         self.device = x.device
         self.dtype = next(iter(model.parameters())).dtype
         per_point = self.num_params + len(x) * _activation_floats(model, x[:1])
-        self.chunk = chunk or max(1, int(memory // max(per_point, 1)))
+        self.chunk = max(1, int(memory // max(per_point, 1)))
 
         from torch.func import functional_call, vmap
 
@@ -160,26 +160,33 @@ class LossFunction:
         out = []
         with torch.inference_mode():
             for i in range(0, len(flat), self.chunk):
-                part = flat[i:i + self.chunk].to(self.device, self.dtype)
-                out.append(self._batched(part).double().cpu())
-        return torch.cat(out).numpy() if out else np.zeros(0)
+                out.append(self._batched(flat[i:i + self.chunk].to(self.device, self.dtype)))
+        return _to_numpy(out)
 
     def surface(self, anchor, basis, xs, ys, progress: bool = False) -> np.ndarray:
         """Losses (len(ys), len(xs)) at anchor + x·basis[0] + y·basis[1] for every grid point."""
-        a = torch.as_tensor(np.asarray(anchor), dtype=torch.float64)
-        b = torch.as_tensor(np.asarray(basis), dtype=torch.float64)
+        # The grid is built where it is evaluated (no host copy per chunk), in float64; MPS has no
+        # float64, so there it is built on the host as before.
+        dev = self.device if self.device.type != "mps" else torch.device("cpu")
+        a = torch.as_tensor(np.asarray(anchor), dtype=torch.float64, device=dev)
+        b = torch.as_tensor(np.asarray(basis), dtype=torch.float64, device=dev)
         gx, gy = np.meshgrid(np.asarray(xs, np.float64), np.asarray(ys, np.float64))  # (ny, nx)
-        coords = torch.as_tensor(np.stack([gx.ravel(), gy.ravel()], 1))
-        vals = []
+        coords = torch.as_tensor(np.stack([gx.ravel(), gy.ravel()], 1), device=dev)
+        out = []
         from tqdm.auto import tqdm
 
         # Parameters are built chunk by chunk (a 21×21 grid of a 582k-parameter CNN is 1 GB at once).
-        step = self.chunk * 8
-        for i in tqdm(range(0, len(coords), step), desc="loss surface", unit="chunk", disable=not progress,
-                      leave=False):
-            flat = (a[None] + coords[i:i + step] @ b).to(self.dtype)
-            vals.append(self(flat))
-        return np.concatenate(vals).reshape(gx.shape)
+        with torch.inference_mode():
+            for i in tqdm(range(0, len(coords), self.chunk), desc="loss surface", unit="chunk",
+                          disable=not progress, leave=False):
+                flat = (a[None] + coords[i:i + self.chunk] @ b).to(self.dtype).to(self.device)
+                out.append(self._batched(flat))
+        return _to_numpy(out).reshape(gx.shape)
+
+
+def _to_numpy(parts: list[torch.Tensor]) -> np.ndarray:
+    """Losses gathered on the device, copied to the host once (one sync, not one per chunk)."""
+    return torch.cat(parts).cpu().double().numpy() if parts else np.zeros(0)
 
 
 def _activation_floats(model: torch.nn.Module, x1: torch.Tensor) -> int:
@@ -223,6 +230,11 @@ class Trajectory:
         return pd.concat(rows).sort_values(["round", "phase"], ascending=[True, False], kind="stable") \
             .reset_index(drop=True)
 
+    @property
+    def max_residual(self) -> float:
+        """The largest distance of any of the run's models from the plane."""
+        return float(max(self.start_residual.max(), self.end_residual.max()))
+
     def path_length(self) -> float:
         """Length of the path start₁ → end₁ → start₂ → … in the plane (a scale for the residuals)."""
         pts = self.path()
@@ -262,7 +274,7 @@ class Landscape:
             rows.append({
                 "label": t.label, "final_end_loss": float(t.end_loss[-1]),
                 "mean_start_loss": float(t.start_loss.mean()), "mean_end_loss": float(t.end_loss.mean()),
-                "max_residual": float(max(t.start_residual.max(), t.end_residual.max())),
+                "max_residual": t.max_residual,
                 "path_length": t.path_length(),
             })
         return pd.DataFrame(rows)
@@ -293,7 +305,7 @@ def client_subset(data, client: int, num_samples: int | None, split: str = "trai
 
 
 def loss_function_for(run, client: int, *, num_samples: int | None = 256, split: str = "train", seed: int = 0,
-                      device: str | torch.device = "cpu", memory: int = MEMORY_BUDGET) -> LossFunction:
+                      device: str | torch.device = "cpu") -> LossFunction:
     """The client's local loss as a function of flat parameters, rebuilt from the run's config."""
     from ..data.federated import FederatedData
     from ..models import build_model
@@ -303,7 +315,7 @@ def loss_function_for(run, client: int, *, num_samples: int | None = 256, split:
     for p in model.parameters():
         p.requires_grad_(False)
     x, y = client_subset(data, client, num_samples, split, seed)
-    return LossFunction(model, run.meta["param_names"], run.meta["param_shapes"], x, y, memory=memory)
+    return LossFunction(model, run.meta["param_names"], run.meta["param_shapes"], x, y)
 
 
 def _window(run, client: int, rounds: tuple[int, int] | None, label: str):
@@ -321,8 +333,7 @@ def _window(run, client: int, rounds: tuple[int, int] | None, label: str):
 def compute_landscape(runs: Mapping[str, object] | Sequence[tuple[str, object]], client: int, *,
                       rounds: tuple[int, int] | None = None, grid: int | tuple[int, int] = 21,
                       margin: float = 0.2, num_samples: int | None = 256, split: str = "train",
-                      seed: int = 0, device: str | torch.device = "cpu", progress: bool = False,
-                      loss_fn: LossFunction | None = None) -> Landscape:
+                      seed: int = 0, device: str | torch.device = "cpu", progress: bool = False) -> Landscape:
     """The shared-plane loss landscape of ``client`` for several runs (Fig. 4 of the FedALA paper).
 
     ``runs``: ``{label: Run}`` (or (label, Run) pairs), compared in one plane; the anchor is the *last*
@@ -352,8 +363,7 @@ def compute_landscape(runs: Mapping[str, object] | Sequence[tuple[str, object]],
     allpts = np.concatenate([np.concatenate([s, e]) for _, _, s, e in windows])
     basis, ratio = pca_directions(allpts, anchor)
 
-    if loss_fn is None:
-        loss_fn = loss_function_for(ref, client, num_samples=num_samples, split=split, seed=seed, device=device)
+    loss_fn = loss_function_for(ref, client, num_samples=num_samples, split=split, seed=seed, device=device)
     trajs = []
     for label, r, s, e in windows:
         sxy, sres = project(s, anchor, basis)

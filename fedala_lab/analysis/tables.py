@@ -11,6 +11,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
+from ..config import POOL_PREFIX
 from ..record.run import Run
 
 
@@ -42,8 +43,7 @@ def accuracy_table(runs: Iterable[Run] | pd.DataFrame, by: Iterable[str] = ("alg
     the sample std (ddof=1) as numpy/pandas report for 5 runs; it is NaN for a single seed.
     """
     by = list(by)
-    df = runs if isinstance(runs, pd.DataFrame) else runs_frame(runs, [c for c in by if c not in (
-        "algo", "dataset", "partition", "beta", "num_clients", "rounds", "seed")])
+    df = runs if isinstance(runs, pd.DataFrame) else runs_frame(runs, by)
     if df.empty:
         return pd.DataFrame(columns=[*by, "best_mean", "best_std", "final_mean", "final_std", "n_seeds"])
     g = df.groupby(by, sort=False, dropna=False)
@@ -71,11 +71,11 @@ def setting_label(cfg) -> str:
     d = cfg.data
     if d.is_pfllib:
         return Path(d.dataset[len("pfllib:"):]).name
-    pooled = d.dataset.startswith("pfllib-pool:")  # a PFLlib partition's images, partitioned afresh
+    pooled = d.dataset.startswith(POOL_PREFIX)  # a PFLlib partition's images, partitioned afresh
     name = {"digits": "digits", "mnist": "MNIST", "fashion_mnist": "Fashion-MNIST", "cifar10": "Cifar10",
             "cifar100": "Cifar100"}.get(d.dataset, d.dataset)
     if pooled:
-        name = Path(d.dataset[len("pfllib-pool:"):]).name + " pooled"
+        name = Path(d.dataset[len(POOL_PREFIX):]).name + " pooled"
     part = {"iid": "IID", "pathological": f"pat({d.classes_per_client})",
             "dirichlet": f"Dir({d.beta:g})"}[d.partition]
     return f"{name} {part}"

@@ -116,9 +116,13 @@ class FederatedData:
                     rows.append((c, split, int(label), int(counts[label])))
         return pd.DataFrame(rows, columns=["client", "split", "label", "count"])
 
-    def summary(self) -> pd.DataFrame:
-        """One row per client: train and test sizes and number of distinct labels."""
-        counts = self.label_counts()
+    def summary(self, counts: pd.DataFrame | None = None) -> pd.DataFrame:
+        """One row per client: train and test sizes and number of distinct labels.
+
+        ``counts``: this data's label counts if already computed, so they are not counted again: the frame
+        of :meth:`label_counts` or a DataDistributionDisplay's ``counts_`` (split "all").
+        """
+        counts = self.label_counts() if counts is None else counts
         labels = counts.groupby("client")["label"].nunique()
         return pd.DataFrame({
             "client": np.arange(self.num_clients),

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import POOL_PREFIX, default_data_root
+from ..config import default_data_root, pool_directory
 from ..errors import ConfigError, DataError
 from .pfllib import restricted_load
 
@@ -66,16 +66,16 @@ def load_pool(name: str, *, root: str | None = None, download: bool = False,
     ``download=True`` lets torchvision fetch missing files; ``resize=k`` bilinearly resizes every image to
     k×k (e.g. 28 puts the 8×8 digits through the paper's MNIST CNN).
     """
-    is_pool = isinstance(name, str) and name.startswith(POOL_PREFIX) and len(name) > len(POOL_PREFIX)
-    if name not in SOURCES and not is_pool:
+    pooled = pool_directory(name)
+    if name not in SOURCES and pooled is None:
         hint = "pfllib: directories are read with fedala_lab.data.pfllib.load_pfllib" if (
             isinstance(name, str) and name.startswith("pfllib:")) else ""
         raise ConfigError("dataset", name, "one of " + ", ".join(SOURCES) + " or pfllib-pool:<directory>", hint)
     if resize is not None and (not isinstance(resize, int) or isinstance(resize, bool) or resize < 1):
         raise ConfigError("resize", resize, "a positive integer (image side in pixels) or None")
     root_path = Path(root if root is not None else default_data_root()).expanduser()
-    if is_pool:
-        pool = pfllib_pool(name[len(POOL_PREFIX):])
+    if pooled is not None:
+        pool = pfllib_pool(pooled)
     elif name == "digits":
         pool = _digits()
     elif name in ("mnist", "fashion_mnist"):
@@ -166,6 +166,17 @@ def _find(folder: Path, fname: str) -> Path | None:
     return None
 
 
+def _mnist_folder(name: str, root: Path) -> Path:
+    return root / _MNIST_FOLDER[name] / "raw"
+
+
+def mnist_files_present(name: str = "mnist", root: str | os.PathLike | None = None) -> bool:
+    """Whether all four idx files of ``name`` ("mnist" or "fashion_mnist") are in torchvision's layout
+    under ``root`` (None: the default data root), plain or ``.gz``: :func:`load_pool` reads them offline."""
+    folder = _mnist_folder(name, Path(root if root is not None else default_data_root()).expanduser())
+    return all(_find(folder, f) is not None for f in _MNIST_FILES)
+
+
 def read_idx(path: str | os.PathLike) -> np.ndarray:
     """Read an unsigned-byte idx file (LeCun's MNIST format), plain or gzip-compressed.
 
@@ -191,7 +202,7 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
 
 
 def _mnist_like(name: str, root: Path, download: bool) -> Pool:
-    folder = root / _MNIST_FOLDER[name] / "raw"
+    folder = _mnist_folder(name, root)
     found = {f: _find(folder, f) for f in _MNIST_FILES}
     missing = [f for f, p in found.items() if p is None]
     if missing and download:

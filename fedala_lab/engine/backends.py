@@ -158,8 +158,9 @@ class VectorisedBackend:
         batch_dependent = _batch_dependent(model)
         exact_sizes = train and batch_dependent
         # batch norm updates its running statistics in place during the forward pass: a call that
-        # fails half-way must be undone before it is retried
-        restore_buffers = train and batch_dependent and isinstance(c.get("buffers"), dict) and bool(c["buffers"])
+        # fails half-way must be undone before it is retried (only auto_chunk retries, and never one client)
+        restore_buffers = (train and batch_dependent and self.auto_chunk and isinstance(c.get("buffers"), dict)
+                           and bool(c["buffers"]))
         width = rows.shape[2]
         mask = (torch.arange(width, device=x.device) < torch.as_tensor(sizes, device=x.device)[..., None])
         mask = mask.to(x.dtype)  # (A, K, B)
@@ -176,7 +177,8 @@ class VectorisedBackend:
                 queue = deque(segments)
                 while queue:
                     s, e, bs = queue.popleft()
-                    saved = tree_map(lambda t, s=s, e=e: t[s:e].clone(), c["buffers"]) if restore_buffers else None
+                    saved = (tree_map(lambda t, s=s, e=e: t[s:e].clone(), c["buffers"])
+                             if restore_buffers and e - s > 1 else None)
                     try:
                         sub = tree_map(lambda t, s=s, e=e: t[s:e], c)
                         idx = rows[s:e, k, :bs]
@@ -216,7 +218,7 @@ def _batch_dependent(model: torch.nn.Module) -> bool:
 
 
 def _segments(sizes_k: np.ndarray, chunk: int | None):
-    """Contiguous runs [s, e) of equal nonzero batch size in one step's column."""
+    """Contiguous runs [s, e) of equal nonzero batch size in one step's column, cut by ``_split``."""
     out, s, n = [], 0, len(sizes_k)
     while s < n:
         if sizes_k[s] == 0:
@@ -225,12 +227,9 @@ def _segments(sizes_k: np.ndarray, chunk: int | None):
         e = s
         while e < n and sizes_k[e] == sizes_k[s]:
             e += 1
-        if chunk:
-            out.extend((i, min(i + chunk, e), int(sizes_k[s])) for i in range(s, e, chunk))
-        else:
-            out.append((s, e, int(sizes_k[s])))
+        out.append((s, e, int(sizes_k[s])))
         s = e
-    return out
+    return _split(out, chunk)
 
 
 def _split(segments, chunk: int | None):
@@ -255,6 +254,11 @@ def _write_back(dst: dict, src: dict, where: slice, unsqueeze: bool = False) -> 
 def make_backend(name: str, chunk_clients: int | None = None):
     """The backend called ``name``; ``chunk_clients`` caps clients per vmap call (vectorised only)."""
     if name == "loop":
+        if chunk_clients is not None:  # it would be ignored: say so rather than run something else
+            from ..errors import ConfigError
+
+            raise ConfigError("chunk_clients", chunk_clients, "unset (None): the loop backend trains one client at a time",
+                              "set backend='vectorised'; backend='auto' picks loop for large models on a CPU")
         return LoopBackend()
     return VectorisedBackend(chunk_clients)
 

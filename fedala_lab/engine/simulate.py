@@ -35,7 +35,7 @@ from ..algorithms.base import build_algorithm
 from ..config import RunConfig
 from ..data.federated import FederatedData
 from ..errors import ConfigError, RunCancelled, TrainingDiverged
-from ..models import build_model, num_blocks
+from ..models import build_model, num_blocks, num_parameters
 from ..record.run import Run
 from . import rng
 from .backends import BatchPlan, make_backend
@@ -92,8 +92,8 @@ class Simulation:
             from ..models import top_block_start
 
             top_block_start(self.model, cfg.p)  # raises the ConfigError naming p and the blocks
-        n_params = sum(p.numel() for p in self.model.parameters())
-        self.backend = make_backend(resolve_backend(cfg.backend, self.device, n_params), chunk_clients)
+        self.num_params = num_parameters(self.model)  # decides both the backend and the CPU threads
+        self.backend = make_backend(resolve_backend(cfg.backend, self.device, self.num_params), chunk_clients)
         self.algo = build_algorithm(cfg)
         self.dtype = next(self.model.parameters()).dtype
 
@@ -132,6 +132,11 @@ class Simulation:
     def param_bytes(self, names) -> int:
         return sum(self._bytes[n] for n in names)
 
+    def batches_per_epoch(self, n):
+        """Local SGD batches in one pass over ``n`` train samples (an int or an array of them)."""
+        b = self.cfg.batch_size
+        return n // b if self.cfg.drop_last else -(-n // b)
+
     # -- services ----------------------------------------------------------------------------------
 
     def run_steps(self, step, carry, shared, plan, x, y, *, train: bool, aux_size: int = 1, timings=None):
@@ -164,7 +169,7 @@ class Simulation:
         for c in ids:
             n, off = int(self.train_sizes[c]), int(self.train_offsets[c])
             seq: list[np.ndarray] = []
-            per_epoch = n // b if cfg.drop_last else -(-n // b)
+            per_epoch = self.batches_per_epoch(n)
             if per_epoch == 0:
                 batches.append(seq)
                 continue
@@ -256,7 +261,7 @@ class Simulation:
 
         cfg = self.cfg
         threads = cfg.threads
-        if threads is None and self.device.type == "cpu" and self.param_bytes(self.param_names) < 4 * SMALL_MODEL:
+        if threads is None and self.device.type == "cpu" and self.num_params < SMALL_MODEL:
             threads = 1
         with cpu_threads(threads):
             return self._run(tqdm, progress, callback, checkpoint)
@@ -314,8 +319,7 @@ class Simulation:
 
         # 4. local training of the selected clients
         tic = time.perf_counter()
-        # FedLAMA counts a round in SGD steps: τ0 of them unless local_steps says so (algorithms/fedlama.py)
-        steps = cfg.local_steps or (cfg.tau0 if cfg.uses_lama else None)
+        steps = algo.local_steps or cfg.local_steps  # a round of SGD steps rather than epochs when set
         plan = self.train_plan(t, selected, epochs=None if steps else cfg.local_epochs, steps=steps)
         timings = [] if self.backend.name == "loop" else None
         trained, aux = self.run_steps(self.sgd_step, self.gather(selected), {"global": self.global_params}, plan,
@@ -326,9 +330,9 @@ class Simulation:
             self.local_buffers[k][selected] = v
         valid = plan.sizes > 0  # aux is NaN where a client had no batch; a NaN loss elsewhere is divergence
         losses = np.where(valid, aux[..., 0], 0.0)
-        steps = valid.sum(1)
+        n_steps = valid.sum(1)
         with np.errstate(all="ignore"):
-            sel_train_loss = np.where(steps > 0, losses.sum(1) / np.maximum(steps, 1), np.nan)
+            sel_train_loss = np.where(n_steps > 0, losses.sum(1) / np.maximum(n_steps, 1), np.nan)
         diverged = ~np.isfinite(losses).all(1)
         train_loss = nan.copy()
         train_loss[sel_mask] = sel_train_loss

@@ -15,7 +15,7 @@ import pandas as pd
 
 from ..analysis.ablation import ablation_frame
 from ..errors import ConfigError
-from .base import Display
+from .base import Display, panel_axes
 
 _PARAM_LABEL = {"p": "p (top blocks with ALA weights)", "s": "s (% of local data used to learn W)",
                 "eta": "η (ALA weight learning rate)", "threshold": "start-phase threshold"}
@@ -35,16 +35,8 @@ class AblationDisplay(Display):
 
     def plot(self, ax=None):
         """Two panels (accuracy; cost). ``ax``: None, or a pair of axes."""
-        if ax is None:
-            from matplotlib.figure import Figure
-
-            fig = Figure(figsize=(9.0, 3.8), layout="constrained")
-            axes = fig.subplots(1, 2)
-        else:
-            axes = list(np.ravel(ax))
-            if len(axes) != 2:
-                raise ValueError("AblationDisplay draws two panels: pass two axes (accuracy, cost)")
-            fig = axes[0].figure
+        fig, axes = panel_axes(ax, 2, (9.0, 3.8), split=False,
+                               error="AblationDisplay draws two panels: pass two axes (accuracy, cost)")
         df = self.frame_
         x = df[self.param].to_numpy(dtype=float)
         a0, a1 = axes
@@ -55,9 +47,7 @@ class AblationDisplay(Display):
                              capsize=3, color=colour, label=f"{kind} round")
             self.errorbars_.append(eb)
         if self.param == "s":
-            a0.set_xscale("log")
-            a0.set_xticks(x, [f"{v:g}" for v in x])
-            a0.minorticks_off()
+            _log_x(a0, x)
         else:
             a0.set_xticks(x, [f"{v:g}" for v in x])
         a0.set_xlabel(_PARAM_LABEL.get(self.param, self.param))
@@ -78,13 +68,17 @@ class AblationDisplay(Display):
         else:
             self.cost_ = a1.plot(x, 1000 * df["ala_seconds"], "-o", ms=4, color="tab:orange")[0]
             if self.param == "s":
-                a1.set_xscale("log")
-                a1.set_xticks(x, [f"{v:g}" for v in x])
-                a1.minorticks_off()
+                _log_x(a1, x)
             a1.set_ylabel("ALA time per round (ms, all clients)")
             a1.set_title("Cost of ALA", fontsize=10)
         a1.set_xlabel(_PARAM_LABEL.get(self.param, self.param))
         a1.grid(True, alpha=0.3)
         fig.suptitle(self.title or f"Ablation of {self.param}", fontsize=11)
-        self.figure_, self.ax_ = fig.get_figure(root=True), np.asarray(axes)
-        return self
+        return self._drawn(fig, np.asarray(axes))
+
+
+def _log_x(ax, x) -> None:
+    """A log x-axis ticked at the values tried only (minor log ticks would crowd them)."""
+    ax.set_xscale("log")
+    ax.set_xticks(x, [f"{v:g}" for v in x])
+    ax.minorticks_off()

@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.curves import ala_loss_curve
-from .base import Display, new_axes
+from .base import Display, new_axes, panel_axes
 
 
-def _as_matrix(name: str, w: np.ndarray) -> np.ndarray:
+def _as_matrix(w: np.ndarray) -> np.ndarray:
     """A 2-D picture of one weight tensor: rows = output units.
 
     Matrices as they are; convolution kernels (out, in, k, k) as (out, in·k·k); biases and other vectors
@@ -25,27 +25,6 @@ def _as_matrix(name: str, w: np.ndarray) -> np.ndarray:
     if w.ndim == 1:
         return w.reshape(-1, 1)
     return w.reshape(w.shape[0], -1)
-
-
-def _axes_in(ax, n: int, width_ratios, figsize):
-    """``n`` axes side by side: in a fresh figure, in place of ``ax`` (a single Axes used as the
-    bounding box, as scikit-learn's multi-panel displays do), or ``ax`` itself when it is a sequence."""
-    if ax is None:
-        from matplotlib.figure import Figure
-
-        fig = Figure(figsize=figsize, layout="constrained")
-        axes = fig.subplots(1, n, squeeze=False, gridspec_kw={"width_ratios": width_ratios})[0]
-        return fig, list(axes)
-    if isinstance(ax, (list, tuple, np.ndarray)):
-        axes = list(np.ravel(ax))
-        if len(axes) != n:
-            raise ValueError(f"expected {n} axes (one per ALA weight tensor), got {len(axes)}")
-        return axes[0].figure, axes
-    fig = ax.figure
-    spec = ax.get_subplotspec()
-    ax.remove()
-    gs = spec.subgridspec(1, n, width_ratios=width_ratios)
-    return fig, [fig.add_subplot(gs[0, i]) for i in range(n)]
 
 
 class ALAWeightsDisplay(Display):
@@ -74,12 +53,13 @@ class ALAWeightsDisplay(Display):
                               "at_1": float((v >= 1).mean())} for k, v in self.weights_.items()])
 
     def plot(self, ax=None, cmap: str = "gray"):
-        mats = [(k, _as_matrix(k, v)) for k, v in self.weights_.items()]
+        mats = [(k, _as_matrix(v)) for k, v in self.weights_.items()]
         if not mats:
             raise ValueError("no ALA weights to draw")
         # widths follow the number of columns, within limits so a bias strip stays visible
         ratios = [float(np.clip(m.shape[1], 1, 64)) ** 0.5 for _, m in mats]
-        fig, axes = _axes_in(ax, len(mats), ratios, figsize=(min(3.0 + 2.2 * len(mats), 14), 3.6))
+        fig, axes = panel_axes(ax, len(mats), (min(3.0 + 2.2 * len(mats), 14), 3.6), width_ratios=ratios,
+                               error=f"expected {len(mats)} axes (one per ALA weight tensor), got {{got}}")
         self.images_ = []
         for a, (name, m) in zip(axes, mats):
             im = a.imshow(m, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
@@ -93,8 +73,7 @@ class ALAWeightsDisplay(Display):
                                       shrink=0.9)
         fig.suptitle(self.title or f"ALA weights of client {self.client} after round {self.round_}",
                      fontsize=11)
-        self.figure_, self.ax_ = fig.get_figure(root=True), np.asarray(axes)
-        return self
+        return self._drawn(fig, np.asarray(axes))
 
 
 class ALALossDisplay(Display):
@@ -145,5 +124,4 @@ class ALALossDisplay(Display):
         last = int(df["round"].max()) if len(df) else 0
         ax.set_title(self.title or f"{self.label or 'ALA'}: local loss of client {self.client} while learning W "
                                    f"(rounds ≤ {last})", fontsize=10)
-        self.figure_, self.ax_ = fig.get_figure(root=True), ax
-        return self
+        return self._drawn(fig, ax)

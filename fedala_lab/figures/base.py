@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 
 def new_axes(ax=None, figsize=(6.4, 4.0), nrows=1, ncols=1, **subplot_kw):
     """Return (figure, axes): ``ax``'s figure if given, else a fresh pyplot-free Figure."""
@@ -22,11 +24,40 @@ def new_axes(ax=None, figsize=(6.4, 4.0), nrows=1, ncols=1, **subplot_kw):
     return fig, axes
 
 
+def panel_axes(ax, n: int, figsize, *, width_ratios=None, split: bool = True, error: str = ""):
+    """Return (figure, list of ``n`` axes side by side): in a fresh figure when ``ax`` is None; ``ax``
+    itself when it is a sequence of ``n`` axes (else ValueError with ``error``, formatted with ``got``);
+    with ``split``, in place of a single Axes used as the bounding box (as scikit-learn's multi-panel
+    displays do), without it a single Axes is a sequence of one."""
+    if ax is None:
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=figsize, layout="constrained")
+        kw = {"width_ratios": width_ratios} if width_ratios is not None else None
+        return fig, list(fig.subplots(1, n, squeeze=False, gridspec_kw=kw)[0])
+    if split and not isinstance(ax, (list, tuple, np.ndarray)):
+        fig = ax.figure
+        spec = ax.get_subplotspec()
+        ax.remove()
+        gs = spec.subgridspec(1, n, width_ratios=width_ratios)
+        return fig, [fig.add_subplot(gs[0, i]) for i in range(n)]
+    axes = list(np.ravel(ax))
+    if len(axes) != n:
+        raise ValueError(error.format(got=len(axes)))
+    return axes[0].figure, axes
+
+
 class Display:
     """Base class: ``savefig`` writes the drawn figure (PNG and/or PDF by suffix)."""
 
     figure_ = None
     ax_ = None
+
+    def _drawn(self, fig, ax):
+        """Keep what ``plot`` drew; ``figure_`` is the root Figure even when drawn into a SubFigure
+        (a SubFigure cannot be saved on its own). Returns ``self``."""
+        self.figure_, self.ax_ = fig.get_figure(root=True), ax
+        return self
 
     def savefig(self, path: str | Path, *, dpi: int = 120, formats: tuple[str, ...] | None = None) -> list[Path]:
         """Save the figure to ``path``; with ``formats=("png", "pdf")`` save each next to it."""

@@ -46,5 +46,4 @@ class ConvergenceDisplay(Display):
         ax.grid(True, which="both", alpha=0.25)
         ax.legend(frameon=False, fontsize=8)
         ax.set_title(self.title or "Local models: after initialisation vs after training", fontsize=10)
-        self.figure_, self.ax_ = fig.get_figure(root=True), ax
-        return self
+        return self._drawn(fig, ax)

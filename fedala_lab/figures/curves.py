@@ -58,5 +58,4 @@ class AccuracyCurveDisplay(Display):
         if self.lines_:
             ax.legend(frameon=False)
         ax.set_title(self.title or f"{ROUND_METRICS[self.metric][0].split(' (')[0]} per round")
-        self.figure_, self.ax_ = fig.get_figure(root=True), ax
-        return self
+        return self._drawn(fig, ax)

@@ -76,5 +76,5 @@ class DataDistributionDisplay(Display):
             ax.set_yticklabels(self.class_names[: self.num_classes])
         split = "" if self.split == "all" else f" ({self.split} split)"
         ax.set_title(self.title or f"Samples per client and label{split}")
-        self.figure_, self.ax_, self.kind = fig, ax, kind
-        return self
+        self.kind = kind
+        return self._drawn(fig, ax)

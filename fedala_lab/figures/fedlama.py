@@ -65,8 +65,7 @@ class FedLAMACurvesDisplay(Display):
         ax.grid(True, alpha=0.3)
         ax.legend(loc="upper center", fontsize=8, frameon=True, framealpha=0.9)
         ax.set_title(self.title or f"FedLAMA interval rule at round {self.round_} (layers sorted by d_l)")
-        self.figure_, self.ax_ = fig, ax
-        return self
+        return self._drawn(fig, ax)
 
 
 class CommAccuracyDisplay(Display):
@@ -89,9 +88,8 @@ class CommAccuracyDisplay(Display):
     def from_runs(cls, runs, *, reference: str | None = None, metric: str = "final", ax=None,
                   title: str | None = None):
         """``runs``: {label: Run} (e.g. from comparison_runs) or Runs; ``reference``: FedAvg(τ0)'s label."""
-        disp = cls(lama.comm_accuracy_frame(runs, reference=reference),
-                   lama.comm_accuracy_curves(runs, reference=reference), metric=metric, title=title)
-        return disp.plot(ax=ax)
+        frame, curves = lama.comm_accuracy(runs, reference=reference)
+        return cls(frame, curves, metric=metric, title=title).plot(ax=ax)
 
     def plot(self, ax=None):
         fig, ax = new_axes(ax, figsize=(7.2, 4.4))
@@ -114,8 +112,7 @@ class CommAccuracyDisplay(Display):
         ax.grid(True, alpha=0.3)
         ax.legend(loc="lower right", fontsize=8, frameon=False)
         ax.set_title(self.title or "Accuracy vs communication (same local SGD steps)")
-        self.figure_, self.ax_ = fig, ax
-        return self
+        return self._drawn(fig, ax)
 
     def to_markdown(self) -> str:
         """The paper's table layout: method, τ0, φ, accuracy, communication (% of FedAvg(τ0))."""
@@ -192,8 +189,8 @@ class IntervalTimelineDisplay(Display):
             ax_d.grid(True, alpha=0.3)
             if n_layers <= _MAX_NAMED_LAYERS:
                 ax_d.legend(fontsize=7, ncol=2, frameon=False, loc="upper right")
-        self.figure_, self.ax_, self.ax_discrepancy_ = fig, ax, ax_d
-        return self
+        self.ax_discrepancy_ = ax_d
+        return self._drawn(fig, ax)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -240,7 +237,8 @@ def fedlama_figures(out_dir, *, preset: str = "quick", store=None, progress: boo
     runs = lama.comparison_runs(base, store=store, progress=progress)
     runs_seconds = time.perf_counter() - tic
     tic = time.perf_counter()
-    ala_runs = lama.comparison_runs(base, store=store, progress=progress, with_ala=True)
+    # only FedALA and FedLAMA+ALA are new; the three above are reused (same labels, same order)
+    ala_runs = lama.comparison_runs(base, store=store, progress=progress, with_ala=True, have=runs)
     ala_seconds = time.perf_counter() - tic
     lama_label = f"FedLAMA(τ0={tau0}, φ={phi})"
     fedavg_label = f"FedAvg(τ0={tau0})"

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -32,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import RunConfig
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError
+from ..record.store import RunStore
 
 # ==================================================================================================
 # Fig. 4 protocol
@@ -49,8 +49,6 @@ def fig4_runs(base_cfg: RunConfig, *, K: int, window: tuple[int, int], client: i
     of the FedALA run's first K rounds (tested in tests/test_ala.py), so the two runs are simply
     configured, not forked from a checkpoint. Paper: MNIST pathological, K = 155, window 140–200.
     """
-    from ..record.store import RunStore
-
     cfgs = fig4_configs(base_cfg, K=K, window=window, client=client)
     store = store if isinstance(store, RunStore) else RunStore(store)
     return tuple(_with_snapshots(store, c, client, cfgs[0].snapshot_from, progress, callback) for c in cfgs)
@@ -101,7 +99,7 @@ class Plan:
     name: str
     base_name: str  # the preset the practical setting comes from ("teach", "mnist-dir0.1")
     practical: RunConfig  # Dir(0.1): Table 7 column, ablations, Fig. 2, 3, 5
-    pathological: RunConfig | None  # Table 2 column, Fig. 4 (None: data absent)
+    pathological: RunConfig  # Table 2 column, Fig. 4
     seeds: tuple[int, ...]  # tables (paper: 5 runs)
     ablation_seeds: tuple[int, ...]
     table_algos: tuple[str, ...] = ("fedavg", "fedprox", "fedavg-c", "fedala")
@@ -114,10 +112,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)
 
     def setting(self, which: str) -> RunConfig:
-        cfg = self.practical if which == "practical" else self.pathological
-        if cfg is None:
-            raise DataError(f"the {self.name} preset has no {which} data here ({'; '.join(self.notes)})")
-        return cfg
+        return self.practical if which == "practical" else self.pathological
 
 
 def build_plan(preset_name: str = "quick", *, rounds: int | None = None, seeds: int | None = None,
@@ -155,9 +150,9 @@ def build_plan(preset_name: str = "quick", *, rounds: int | None = None, seeds: 
             name="paper", base_name="mnist-dir0.1", practical=practical, pathological=pathological,
             seeds=(0, 1, 2, 3, 4), ablation_seeds=(0, 1, 2), p_values=(1, 2, 3, 4),
             fig2={"client": 8, "p": 2, "rounds": (2, None)}, fig3_client=8,
-            # the paper's protocol; on the practical partition when torchvision MNIST is absent
-            fig4={"setting": "pathological" if pathological is not None else "practical", "K": 155,
-                  "window": (140, 200), "client": 4, "grid": 21, "num_samples": 300},
+            # the paper's protocol (pathological: torchvision MNIST, else the shared images pooled)
+            fig4={"setting": "pathological", "K": 155, "window": (140, 200), "client": 4, "grid": 21,
+                  "num_samples": 300},
             fig5_rounds=2000, notes=notes,
         )
     else:
@@ -173,8 +168,7 @@ def build_plan(preset_name: str = "quick", *, rounds: int | None = None, seeds: 
         changes["device"] = device
     if changes:
         plan.practical = plan.practical.replace(**changes)
-        if plan.pathological is not None:
-            plan.pathological = plan.pathological.replace(**changes)
+        plan.pathological = plan.pathological.replace(**changes)
     if seeds is not None:
         if not isinstance(seeds, int) or seeds < 1:
             raise ConfigError("seeds", seeds, "an integer >= 1")
@@ -194,25 +188,47 @@ def build_plan(preset_name: str = "quick", *, rounds: int | None = None, seeds: 
 # the figures
 
 
+class _FigureStore(RunStore):
+    """The run store as the figures use it: each run is read from disk once per call of
+    :func:`run_figures` (figures share runs), and the runs handed out and computed are counted for the
+    README's "runs computed / used" (through every path: ``Context.run``, :func:`fig4_runs`, FedLAMA's)."""
+
+    def __init__(self, root=None):
+        super().__init__(root)
+        self._runs: dict = {}  # config key -> Run
+        self.used: list = []  # runs handed out for the current figure (repeats included)
+        self.computed = 0  # of which computed now (not from the store)
+
+    def find(self, cfg: RunConfig):
+        hit = self._runs.get(cfg.key())
+        return hit if hit is not None else super().find(cfg)
+
+    def get_or_run(self, cfg: RunConfig, *, force: bool = False, needs=None, **kwargs):
+        key = cfg.key()
+        hit = None if force else self.find(cfg)
+        if hit is None or (needs is not None and not needs(hit)):
+            # absent, forced, or without what this caller needs: the store re-reads under its lock or
+            # recomputes, never from the memo
+            self._runs.pop(key, None)
+            hit = super().get_or_run(cfg, force=force, needs=needs, **kwargs)
+            self.computed += 1
+        self._runs[key] = hit
+        self.used.append(hit)
+        return hit
+
+
 @dataclass
 class Context:
     plan: Plan
-    store: object
+    store: _FigureStore
     out: Path
     progress: bool = True
     formats: tuple[str, ...] = ("png", "pdf")
     dpi: int = 100
-    used: list = field(default_factory=list)  # runs used by the current figure
-    computed: int = 0  # of which computed now (not from the store)
 
     def run(self, cfg: RunConfig):
         """The run of ``cfg`` from the store, or computed now."""
-        hit = self.store.find(cfg)
-        if hit is None:
-            hit = self.store.get_or_run(cfg, progress=self.progress)
-            self.computed += 1
-        self.used.append(hit)
-        return hit
+        return self.store.get_or_run(cfg, progress=self.progress)
 
     def save(self, disp, stem: str) -> list[Path]:
         """Write ``disp``'s figure as out/stem.<format>. PDFs carry no creation date, so files change only
@@ -246,7 +262,7 @@ def _table_runs(ctx: Context, setting: str, algos: Iterable[str] | None = None, 
 
 
 def _settings(plan: Plan) -> list[str]:
-    return ["pathological", "practical"] if plan.pathological is not None else ["practical"]
+    return ["pathological", "practical"]
 
 
 def make_data(ctx: Context):
@@ -328,12 +344,8 @@ def make_fig4(ctx: Context):
 
     f = ctx.plan.fig4
     cfg = ctx.plan.setting(f["setting"])
-    for c in fig4_configs(cfg, K=f["K"], window=f["window"], client=f["client"]):
-        hit = ctx.store.find(c)
-        ctx.computed += int(hit is None or not _has_snapshots(hit, f["client"], f["window"][0]))
     fa, fl = fig4_runs(cfg, K=f["K"], window=f["window"], client=f["client"], store=ctx.store,
                        progress=ctx.progress)
-    ctx.used += [fa, fl]
     d = TrajectoryDisplay.from_runs(fa, fl, f["client"], grid=f["grid"], rounds=f["window"],
                                     num_samples=f["num_samples"], device=resolve_device(cfg.device),
                                     progress=ctx.progress)
@@ -458,16 +470,12 @@ def make_curves(ctx: Context):
 
 
 def make_fedlama(ctx: Context):
-    """FedLAMA's figures (fedala_lab/figures/fedlama.py) at the matching scale."""
-    from ..analysis.fedlama import comparison_configs
-    from ..presets import preset as named
-    from .fedlama import _PRESETS, fedlama_figures
+    """FedLAMA's figures (fedala_lab/figures/fedlama.py) at the matching scale (its runs are counted by
+    ctx.store, which it uses)."""
+    from .fedlama import fedlama_figures
 
     which = "quick" if ctx.plan.name == "quick" else "full"
     overrides = {"rounds": ctx.plan.practical.rounds} if which == "quick" else {}
-    name, extra = _PRESETS[which]
-    for cfg in comparison_configs(named(name, **{**extra, **overrides}), with_ala=True).values():
-        ctx.run(cfg)  # through the context, so the index counts the runs (then drawn from the store)
     results = fedlama_figures(ctx.out, preset=which, store=ctx.store, progress=ctx.progress,
                               overrides=overrides or None)
     files = [Path(f) for r in results for f in r["files"]]
@@ -541,8 +549,6 @@ def run_figures(preset_name: str = "quick", *, only: Iterable[str] | None = None
     Returns the index entries written ({key: entry}). ``out/index.json`` keeps every figure's entry, so
     ``--only`` refreshes some without losing the others; ``out/README.md`` is rebuilt from it.
     """
-    from ..record.store import RunStore
-
     keys = list(FIGURES) if not only else list(dict.fromkeys(only))
     bad = [k for k in keys if k not in FIGURES]
     if bad:
@@ -550,7 +556,7 @@ def run_figures(preset_name: str = "quick", *, only: Iterable[str] | None = None
     plan = build_plan(preset_name, rounds=rounds, seeds=seeds, fig4=fig4, device=device)
     out = Path(out if out is not None else default_out(preset_name))
     out.mkdir(parents=True, exist_ok=True)
-    store = store if isinstance(store, RunStore) else RunStore(store)
+    store = _FigureStore(store.root if isinstance(store, RunStore) else store)
     ctx = Context(plan, store, out, progress=progress, formats=tuple(formats), dpi=dpi)
     command = command or _command(preset_name, keys, out, rounds, seeds, fig4)
     from tqdm.auto import tqdm
@@ -581,11 +587,11 @@ def run_figures(preset_name: str = "quick", *, only: Iterable[str] | None = None
 
 def _make_one(spec: FigureSpec, ctx: Context, *, command: str, only_command: str) -> dict:
     """Make one figure; its index entry (files, command, configs, runs, seconds, findings)."""
-    ctx.used, ctx.computed = [], 0
+    ctx.store.used, ctx.store.computed = [], 0
     tic = time.perf_counter()
     files, findings = spec.make(ctx)
     seconds = time.perf_counter() - tic
-    runs = list({id(r): r for r in ctx.used}.values())
+    runs = list({id(r): r for r in ctx.store.used}.values())  # a run handed out twice counts once
     plan = ctx.plan
     return {
         "key": spec.key, "paper": spec.paper, "title": spec.title, "preset": plan.name,
@@ -593,7 +599,7 @@ def _make_one(spec: FigureSpec, ctx: Context, *, command: str, only_command: str
         "command": command, "only_command": only_command,
         "configs": describe_configs([r.config for r in runs], _base_of(plan), plan.base_name) if runs else "—",
         "runs": [r.path.name if r.path else r.config.slug() for r in runs],
-        "runs_computed": ctx.computed, "runs_total": len(runs),
+        "runs_computed": ctx.store.computed, "runs_total": len(runs),
         "seconds": round(seconds, 1), "findings": findings,
     }
 
@@ -606,9 +612,7 @@ def describe_plan(plan: Plan) -> list[str]:
         return (f"{name}: {setting_label(cfg)}, {cfg.data.num_clients} clients, model {cfg.model}, "
                 f"{cfg.rounds} rounds, lr {cfg.lr:g}, batch {cfg.batch_size}, ALA η={cfg.eta:g} s={cfg.s:g} p={cfg.p}")
 
-    lines = [cfg_line("practical setting", plan.practical)]
-    if plan.pathological is not None:
-        lines.append(cfg_line("pathological setting", plan.pathological))
+    lines = [cfg_line("practical setting", plan.practical), cfg_line("pathological setting", plan.pathological)]
     f = plan.fig4
     lines += [(f"seeds: {list(plan.seeds)} for tables, {list(plan.ablation_seeds)} for ablations; "
               f"s ∈ {list(plan.s_values)}, p ∈ {list(plan.p_values)}"),
@@ -659,13 +663,16 @@ def _read_index(out: Path) -> dict:
 def _environment() -> dict:
     import torch
 
+    from ..engine.simulate import environment
+
+    cuda = torch.cuda.is_available()
+    env = environment(torch.device("cuda:0" if cuda else "cpu"))
     try:
         load = os.getloadavg()[0]
     except OSError:
         load = None
-    return {"python": sys.version.split()[0], "torch": torch.__version__, "platform": platform.platform(),
-            "cpus": os.cpu_count(), "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-            "load_1min_at_end": None if load is None else round(load, 2),
+    return {"python": env["python"], "torch": env["torch"], "platform": env["platform"], "cpus": os.cpu_count(),
+            "cuda": env["device_name"] if cuda else None, "load_1min_at_end": None if load is None else round(load, 2),
             "date": time.strftime("%Y-%m-%d")}
 
 

@@ -45,9 +45,7 @@ class AccuracyTable(Display):
         (method names), columns = settings (dataset and partition), cells = mean ± std over seeds."""
         runs = list(runs)
         by = list(by)
-        extra = [c for c in by if c not in ("algo", "dataset", "partition", "beta", "num_clients", "rounds",
-                                            "seed")]
-        df = runs_frame(runs, extra)
+        df = runs_frame(runs, by)
         df["setting"] = [setting_label(r.config) for r in runs]
         stats = accuracy_table(df, by=[*by, "setting"])
         if len(by) == 1:
@@ -105,5 +103,4 @@ class AccuracyTable(Display):
         if self.caption:
             ax.text(0.5, 0.0, self.caption, transform=ax.transAxes, ha="center", va="top", fontsize=7.5,
                     wrap=True, color="0.3")
-        self.figure_, self.ax_ = fig.get_figure(root=True), ax
-        return self
+        return self._drawn(fig, ax)

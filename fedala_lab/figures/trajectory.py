@@ -29,18 +29,16 @@ class TrajectoryDisplay(Display):
     @classmethod
     def from_runs(cls, fedavg_run, fedala_run, client: int, *, grid: int = 21, rounds=None,
                   num_samples: int | None = 256, margin: float = 0.2, labels=("FedAvg", "FedALA"),
-                  landscape: Landscape | None = None, device="cpu", progress: bool = False, ax=None,
-                  title: str | None = None):
-        """Compute the landscape (unless ``landscape`` is given) and draw it.
+                  device="cpu", progress: bool = False, ax=None, title: str | None = None):
+        """Compute the landscape and draw it (``TrajectoryDisplay(landscape).plot()`` draws a precomputed one).
 
         ``rounds``: (first, last) window of snapshot rounds (default: all recorded). ``grid``: points per
         axis; the surface costs grid² forward passes of ``num_samples`` rows (a 21×21 grid of the teach
         MLP takes about a second on a laptop CPU).
         """
-        if landscape is None:
-            landscape = compute_landscape({labels[0]: fedavg_run, labels[1]: fedala_run}, client, rounds=rounds,
-                                          grid=grid, margin=margin, num_samples=num_samples, device=device,
-                                          progress=progress)
+        landscape = compute_landscape({labels[0]: fedavg_run, labels[1]: fedala_run}, client, rounds=rounds,
+                                      grid=grid, margin=margin, num_samples=num_samples, device=device,
+                                      progress=progress)
         return cls(landscape, title=title).plot(ax=ax)
 
     def plot(self, ax=None, *, levels: int = 14, cmap: str = "viridis"):
@@ -72,7 +70,7 @@ class TrajectoryDisplay(Display):
             q = ax.quiver(p[:-1, 0], p[:-1, 1], d[:, 0], d[:, 1], angles="xy", scale_units="xy", scale=1,
                           color=c, width=0.004, headwidth=4, headlength=5, headaxislength=4.5, zorder=3,
                           label=f"{t.label} (final local loss {t.end_loss[-1]:.3g}, "
-                                f"off-plane ≤ {max(t.start_residual.max(), t.end_residual.max()):.2g})")
+                                f"off-plane ≤ {t.max_residual:.2g})")
             self.arrows_.append(q)
             s = ax.scatter(t.start_xy[:, 0], t.start_xy[:, 1], s=26, marker="o", facecolors="tab:red",
                            edgecolors=c, linewidths=0.8, zorder=4)
@@ -97,8 +95,7 @@ class TrajectoryDisplay(Display):
         ax.set_ylim(ls.ys[0], ls.ys[-1])
         ax.set_title(self.title or f"Local trajectory of client {ls.client}, rounds {ls.rounds[0]}–{ls.rounds[1]} "
                                    f"(origin: last {ls.anchor_label} model)", fontsize=10)
-        self.figure_, self.ax_ = fig.get_figure(root=True), ax
-        return self
+        return self._drawn(fig, ax)
 
 
 def _plain_formatter():

@@ -30,7 +30,9 @@ DEFAULT_CONCURRENCY = 1
 def offline_env() -> None:
     """Keep Gradio and the Hugging Face hub client quiet: no telemetry, no version checks, no hub calls.
 
-    Both libraries read these variables when imported, so this runs before the first ``import gradio``.
+    Both libraries read these variables when imported, so :mod:`.ui` calls this before it imports gradio;
+    every entry point (``python app.py``, ``fedala-lab app``, ``from fedala_lab.webapp import ui``) gets
+    gradio through it.
     ``setdefault``: a user who wants otherwise can still say so in the environment.
     """
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -98,7 +100,6 @@ def launch(
         raise ConfigError("port", port, "an integer from 1 to 65535")
     if concurrency < 1:
         raise ConfigError("concurrency", concurrency, "an integer >= 1")
-    offline_env()
     import torch
 
     # Small models and several users at once: one thread per simulation is fastest and does not

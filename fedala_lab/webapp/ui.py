@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import logging
 import math
 import threading
@@ -44,13 +45,8 @@ _PROGRESS = gr.Progress()
 
 # Algorithms offered on the Train & compare tab: (label, config name).
 TRAIN_ALGOS = [
-    ("FedAvg", "fedavg"),
-    ("FedProx", "fedprox"),
-    ("FedALA", "fedala"),
-    ("FedAvg+ALA", "fedavg+ala"),
-    ("FedProx+ALA", "fedprox+ala"),
-    ("FedAvg-C", "fedavg-c"),
-    ("FedProx-C", "fedprox-c"),
+    (algo_name(a), a)
+    for a in ("fedavg", "fedprox", "fedala", "fedavg+ala", "fedprox+ala", "fedavg-c", "fedprox-c")
 ]
 DATASET_CHOICES = [
     ("digits (8×8, embedded)", "digits"),
@@ -67,28 +63,15 @@ MODEL_CHOICES = [
     ("FedAvgCNN (paper, needs 28×28)", "fedavgcnn"),
 ]
 
-# The "teach" preset is the default of every widget: digits, 20 clients, Dir(0.1), MLP, lr 0.1, 50 rounds.
-_TEACH = preset("teach")
-DEFAULTS = {
-    "dataset": _TEACH.data.dataset,
-    "partition": _TEACH.data.partition,
-    "num_clients": _TEACH.data.num_clients,
-    "beta": _TEACH.data.beta,
-    "classes_per_client": _TEACH.data.classes_per_client,
-    "model": _TEACH.model,
-    "rounds": _TEACH.rounds,
-    "join_ratio": _TEACH.join_ratio,
-    "lr": _TEACH.lr,
-    "batch_size": _TEACH.batch_size,
-    "mu": _TEACH.mu,
-    "eta": _TEACH.eta,
-    "s": _TEACH.s,
-    "p": _TEACH.p,
-    "seed": _TEACH.seed,
-}
 # The settings every simulation tab shares, in this order (the order of the API's parameters).
 DATA_FIELDS = ("dataset", "partition", "num_clients", "beta", "classes_per_client")
 TRAIN_FIELDS = ("model", "rounds", "join_ratio", "lr", "batch_size", "mu", "eta", "s", "p", "seed")
+# The "teach" preset is the default of every widget: digits, 20 clients, Dir(0.1), MLP, lr 0.1, 50 rounds.
+_TEACH = preset("teach")
+DEFAULTS = {k: getattr(_TEACH.data, k) for k in DATA_FIELDS} | {k: getattr(_TEACH, k) for k in TRAIN_FIELDS}
+# Settings the config holds as floats: widgets may send 0 for 0.0, converted before validation so that
+# messages read "beta=0.0" whatever the widget sent. Every other number is made whole (20.0 → 20).
+_FLOAT_FIELDS = ("beta", "join_ratio", "lr", "mu", "eta", "s")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -105,14 +88,15 @@ def _whole(value):
 def make_config(algo: str = "fedala", preset_name: str = "teach", **settings) -> RunConfig:
     """A preset (default "teach") with the widgets' values; RunConfig/DataConfig validation is the input
     check, so every bad value is refused with the library's message naming the field."""
-    changes = {
-        k: _whole(v) if k not in ("beta", "join_ratio", "lr", "mu", "eta", "s") else v
-        for k, v in settings.items()
-        if v is not None
-    }
-    for k in ("beta", "join_ratio", "lr", "mu", "eta", "s"):
-        if isinstance(changes.get(k), int) and not isinstance(changes.get(k), bool):
-            changes[k] = float(changes[k])
+    changes = {}
+    for k, v in settings.items():
+        if v is None:
+            continue
+        if k not in _FLOAT_FIELDS:
+            v = _whole(v)
+        elif isinstance(v, int) and not isinstance(v, bool):
+            v = float(v)
+        changes[k] = v
     return preset(preset_name, algo=algo, **changes)
 
 
@@ -172,9 +156,64 @@ def _parse_values(param: str, values) -> list:
     return out
 
 
-def _settings(values: dict) -> dict:
-    """The shared data and training settings out of a handler's arguments."""
-    return {k: values[k] for k in DATA_FIELDS + TRAIN_FIELDS}
+def _with_settings(fn):
+    """Write a handler as ``fn(self, *own, settings, progress=…, request=…)`` and publish it with one
+    parameter per shared setting (DATA_FIELDS + TRAIN_FIELDS) in place of ``settings``, which it receives
+    as a dict. Gradio reads the public signature (``__signature__``): it passes the widgets by position,
+    names the API's parameters after it, and finds ``progress`` by its default and ``request`` by its
+    annotation (resolved through ``__wrapped__`` in this module's globals)."""
+    sig = inspect.signature(fn)
+    own = list(sig.parameters.values())
+    at = [q.name for q in own].index("settings")
+    shared = [
+        inspect.Parameter(k, inspect.Parameter.POSITIONAL_OR_KEYWORD) for k in DATA_FIELDS + TRAIN_FIELDS
+    ]
+    public = sig.replace(parameters=[*own[:at], *shared, *own[at + 1 :]])
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        values = public.bind(*args, **kwargs).arguments
+        settings = {k: values.pop(k) for k in DATA_FIELDS + TRAIN_FIELDS}
+        return fn(**values, settings=settings)
+
+    wrapper.__signature__ = public
+    return wrapper
+
+
+def _status(runs, cached, seconds: float, what: str = "run(s)") -> str:
+    """The status line of finished runs: how many, how long, how many came from the store."""
+    n_cached = sum(cached)
+    return (
+        f"{len(runs)} {what} in {seconds:.1f} s"
+        + (f" ({n_cached} from the run store)" if n_cached else "")
+        + "."
+    )
+
+
+def _stopped(err: RunCancelled, label: str = "") -> str:
+    return (
+        f"Stopped: {label + ' ' if label else ''}{err} (its checkpoint is kept: run the same settings "
+        "again to resume)."
+    )
+
+
+def _round_callback(stop: threading.Event, progress, total: int, place):
+    """The engine's per-round ``callback(sim, row)``: False once Stop was pressed (the engine then keeps a
+    checkpoint and raises RunCancelled), else the round and its accuracy on the progress bar.
+    ``place(sim)`` gives the run's label and the rounds of ``total`` done before it."""
+
+    def callback(sim, row):
+        if stop.is_set():
+            return False
+        label, offset = place(sim)
+        t, acc = int(row["round"]), row["acc"]
+        desc = f"{label}: round {t}/{sim.cfg.rounds}"
+        if not math.isnan(acc):  # NaN: a round without evaluation
+            desc += f" · accuracy {100 * acc:.1f} %"
+        progress((offset + t, total), desc=desc, unit="rounds")
+        return True
+
+    return callback
 
 
 def _client(client, num_clients: int) -> int:
@@ -250,64 +289,39 @@ class LectureApp:
         ev.set()
         return "Stopping after the current round… (a stopped run keeps its checkpoint: Run again resumes it)"
 
-    def _get_runs(self, cfgs, progress, request, *, force=False, labels=None):
+    def _get_runs(self, cfgs, progress, request, *, labels=None, needs=None, resume=True):
         """Each config's run from the store, simulating (with progress and Stop) the ones it lacks.
 
-        Returns (runs, cached flags, stop message or ""). A stopped run keeps its checkpoint. ``force``
-        recomputes and replaces a stored run (same result, e.g. with more clients tracked).
+        Returns (runs, cached flags, stop message or ""). A stopped run keeps its checkpoint. ``needs`` and
+        ``resume`` go to :meth:`RunStore.get_or_run`: a stored run failing ``needs`` is recomputed.
         """
-        with self._stop_flag(request) as stop:
-            return self._get_runs_until(stop, cfgs, progress, force=force, labels=labels)
-
-    def _get_runs_until(self, stop, cfgs, progress, *, force, labels):
-        from ..data.federated import FederatedData
-        from ..engine.simulate import resolve_device
-
         total = sum(c.rounds for c in cfgs)
         runs, cached = [], []
-        data = None
         done = 0
-        for i, cfg in enumerate(cfgs):
-            label = labels[i] if labels else algo_name(cfg.algo)
-            if len(cfgs) > 1:
-                label += f" ({i + 1}/{len(cfgs)})"
-            if stop.is_set():  # Stop pressed between two runs: do not start the next one
-                return runs, cached, f"Stopped before {label}."
-            progress((done, total), desc=f"{label}: looking in the run store", unit="rounds")
-            hit = None if force else self.store.find(cfg)
-            if hit is None:
-                if data is None or data.num_clients != cfg.data.num_clients:
-                    data = FederatedData.from_config(cfg.data, resolve_device(cfg.device))
-
-                def callback(sim, row, _label=label, _offset=done):
-                    if stop.is_set():
-                        return False
-                    t = int(row["round"])
-                    acc = row["acc"]
-                    desc = f"{_label}: round {t}/{sim.cfg.rounds}"
-                    if not math.isnan(acc):  # NaN: a round without evaluation
-                        desc += f" · accuracy {100 * acc:.1f} %"
-                    progress((_offset + t, total), desc=desc, unit="rounds")
-                    return True
-
-                try:
-                    run = self.store.get_or_run(
-                        cfg, data=data, progress=False, callback=callback, force=force
+        with self._stop_flag(request) as stop:
+            for i, cfg in enumerate(cfgs):
+                label = labels[i] if labels else algo_name(cfg.algo)
+                if len(cfgs) > 1:
+                    label += f" ({i + 1}/{len(cfgs)})"
+                if stop.is_set():  # Stop pressed between two runs: do not start the next one
+                    return runs, cached, f"Stopped before {label}."
+                progress((done, total), desc=f"{label}: looking in the run store", unit="rounds")
+                run = self.store.find(cfg)
+                hit = run is not None and (needs is None or needs(run))
+                if not hit:
+                    # no data= : the simulation loads it through FederatedData.from_config's cache
+                    callback = _round_callback(
+                        stop, progress, total, lambda sim, _label=label, _offset=done: (_label, _offset)
                     )
-                except RunCancelled as err:
-                    return (
-                        runs,
-                        cached,
-                        (
-                            f"Stopped: {label} {err} (its checkpoint is kept: run the same "
-                            "settings again to resume)."
-                        ),
-                    )
-            else:
-                run = hit
-            runs.append(run)
-            cached.append(hit is not None)
-            done += cfg.rounds
+                    try:
+                        run = self.store.get_or_run(
+                            cfg, progress=False, callback=callback, needs=needs, resume=resume
+                        )
+                    except RunCancelled as err:
+                        return runs, cached, _stopped(err, label)
+                runs.append(run)
+                cached.append(hit)
+                done += cfg.rounds
         return runs, cached, ""
 
     # -- Data ------------------------------------------------------------------------------------
@@ -334,32 +348,13 @@ class LectureApp:
         disp = DataDistributionDisplay.from_data(
             data, kind=kind or "bubble", title=f"{cfg.dataset}, {part}, {cfg.num_clients} clients"
         )
-        return disp.figure_, data.summary()
+        return disp.figure_, data.summary(counts=disp.counts_)  # the counts just drawn, not recounted
 
     # -- Train & compare ----------------------------------------------------------------------------
 
     @_friendly
-    def train(
-        self,
-        algos,
-        dataset,
-        partition,
-        num_clients,
-        beta,
-        classes_per_client,
-        model,
-        rounds,
-        join_ratio,
-        lr,
-        batch_size,
-        mu,
-        eta,
-        s,
-        p,
-        seed,
-        progress=_PROGRESS,
-        request: gr.Request = None,
-    ):
+    @_with_settings
+    def train(self, algos, settings, progress=_PROGRESS, request: gr.Request = None):
         """Run (or load) every selected algorithm on the same data; accuracy and loss curves, a summary."""
         from ..figures.curves import AccuracyCurveDisplay
 
@@ -367,7 +362,6 @@ class LectureApp:
             algos = [a for a in algos.split(",") if a.strip()]
         if not algos:
             raise ConfigError("algorithms", algos, "at least one algorithm ticked")
-        settings = _settings(locals())
         cfgs = [make_config(algo=a.strip(), **settings) for a in algos]  # all validated before any work
         tic = time.perf_counter()
         runs, cached, stopped = self._get_runs(cfgs, progress, request)
@@ -376,62 +370,43 @@ class LectureApp:
             return None, None, _run_rows([], []), stopped
         acc = AccuracyCurveDisplay.from_runs(runs, metric="acc")
         loss = AccuracyCurveDisplay.from_runs(runs, metric="test_loss")
-        n_cached = sum(cached)
-        status = stopped or (
-            f"{len(runs)} run(s) in {seconds:.1f} s"
-            + (f" ({n_cached} from the run store)" if n_cached else "")
-            + "."
-        )
+        status = stopped or _status(runs, cached, seconds)
         return acc.figure_, loss.figure_, _run_rows(runs, cached), status
 
     # -- ALA inside ----------------------------------------------------------------------------------
 
     @_friendly
-    def ala(
-        self,
-        client,
-        round_,
-        dataset,
-        partition,
-        num_clients,
-        beta,
-        classes_per_client,
-        model,
-        rounds,
-        join_ratio,
-        lr,
-        batch_size,
-        mu,
-        eta,
-        s,
-        p,
-        seed,
-        progress=_PROGRESS,
-        request: gr.Request = None,
-    ):
+    @_with_settings
+    def ala(self, client, round_, settings, progress=_PROGRESS, request: gr.Request = None):
         """Fig. 2 (the client's learned ALA weights after ``round_``) and Fig. 3 (its ALA loss) from the
         FedALA run of the current settings."""
         from ..figures.ala import ALALossDisplay, ALAWeightsDisplay
 
-        cfg = make_config(algo="fedala", **_settings(locals()))
-        client = _client(client, cfg.data.num_clients)
+        cfg = make_config(algo="fedala", **settings)
+        n = cfg.data.num_clients
+        client = _client(client, n)
         round_ = _whole(round_)
         if not isinstance(round_, int) or not 2 <= round_ <= cfg.rounds:
             raise ConfigError("round", round_, f"a round from 2 (ALA skips round 1) to {cfg.rounds}")
-        runs, _, stopped = self._get_runs([cfg], progress, request)
+        tracked = cfg.clients_to("track_clients", n)
+        widened = client not in tracked
+        if widened:  # "auto" keeps the first clients' ALA weights only: track this one too (same result),
+            # and those a stored run tracks, so that looking at clients in turn does not recompute each time
+            stored = self.store.find(cfg)
+            keep = stored.tracked_clients() if stored is not None else tracked
+            cfg = cfg.replace(track_clients=",".join(map(str, sorted({*keep, client}))))
+        # a stored run without this client is recomputed and replaced; widened, no resume: a checkpoint
+        # of this config may come from a run that did not track the client (its weights would lack rounds)
+        runs, _, stopped = self._get_runs(
+            [cfg],
+            progress,
+            request,
+            needs=lambda r: client in r.tracked_clients(),
+            resume=not widened,
+        )
         if stopped:
             return None, None, None, stopped
         run = runs[0]
-        if client not in run.tracked_clients():
-            # the stored run kept the ALA weights of other clients only: recompute (same result) tracking
-            # this one too, and replace it in the store
-            track = ",".join(map(str, sorted({*run.tracked_clients(), client})))
-            runs, _, stopped = self._get_runs(
-                [cfg.replace(track_clients=track)], progress, request, force=True
-            )
-            if stopped:
-                return None, None, None, stopped
-            run = runs[0]
         weights = ALAWeightsDisplay.from_run(run, client, round_)
         loss = ALALossDisplay.from_run(run, client)
         table = weights.summary().round(3)
@@ -447,36 +422,14 @@ class LectureApp:
     # -- Trajectory -----------------------------------------------------------------------------------
 
     @_friendly
-    def trajectory(
-        self,
-        client,
-        K,
-        before,
-        grid,
-        dataset,
-        partition,
-        num_clients,
-        beta,
-        classes_per_client,
-        model,
-        rounds,
-        join_ratio,
-        lr,
-        batch_size,
-        mu,
-        eta,
-        s,
-        p,
-        seed,
-        progress=_PROGRESS,
-        request: gr.Request = None,
-    ):
+    @_with_settings
+    def trajectory(self, client, K, before, grid, settings, progress=_PROGRESS, request: gr.Request = None):
         """Fig. 4: ``client``'s local models on its loss surface, FedAvg vs FedALA with ALA switched on after
         round K, from round K − ``before`` to the last round of the current settings."""
         from ..figures.paper import fig4_runs
         from ..figures.trajectory import TrajectoryDisplay
 
-        cfg = make_config(algo="fedala", **_settings(locals()))
+        cfg = make_config(algo="fedala", **settings)
         client = _client(client, cfg.data.num_clients)
         K, before, grid = _whole(K), _whole(before), _whole(grid)
         if not isinstance(before, int) or before < 0:
@@ -491,16 +444,9 @@ class LectureApp:
         total = 2 * cfg.rounds + 1
         offsets = {"fedavg": 0, "fedala": cfg.rounds}
 
-        def callback(sim, row):
-            if stop.is_set():
-                return False
-            t, acc = int(row["round"]), row["acc"]
+        def place(sim):
             name = "FedAvg" if sim.cfg.algo == "fedavg" else f"FedALA (ALA on after round {K})"
-            desc = f"{name}: round {t}/{cfg.rounds}" + (
-                "" if math.isnan(acc) else f" · accuracy {100 * acc:.1f} %"
-            )
-            progress((offsets.get(sim.cfg.algo, 0) + t, total), desc=desc, unit="rounds")
-            return True
+            return name, offsets.get(sim.cfg.algo, 0)
 
         progress((0, total), desc="FedAvg and FedALA: looking in the run store", unit="rounds")
         with self._stop_flag(request) as stop:
@@ -512,14 +458,10 @@ class LectureApp:
                     client=client,
                     store=self.store,
                     progress=False,
-                    callback=callback,
+                    callback=_round_callback(stop, progress, total, place),
                 )
             except RunCancelled as err:
-                return (
-                    None,
-                    None,
-                    f"Stopped: {err} (its checkpoint is kept: run the same settings again to resume).",
-                )
+                return None, None, _stopped(err)
         progress((total - 1, total), desc=f"loss surface: {grid}×{grid} points", unit="rounds")
         disp = TrajectoryDisplay.from_runs(fedavg_run, fedala_run, client, grid=grid, rounds=window)
         table = disp.landscape_.summary()
@@ -533,74 +475,28 @@ class LectureApp:
     # -- Ablation -----------------------------------------------------------------------------------
 
     @_friendly
-    def ablation(
-        self,
-        param,
-        values,
-        dataset,
-        partition,
-        num_clients,
-        beta,
-        classes_per_client,
-        model,
-        rounds,
-        join_ratio,
-        lr,
-        batch_size,
-        mu,
-        eta,
-        s,
-        p,
-        seed,
-        progress=_PROGRESS,
-        request: gr.Request = None,
-    ):
+    @_with_settings
+    def ablation(self, param, values, settings, progress=_PROGRESS, request: gr.Request = None):
         """FedALA for each value of ``param`` (p or s), the rest as set: the paper's Tables 1/6 as a plot."""
         from ..figures.ablation import AblationDisplay
 
         if param not in ABLATION_VALUES:
             raise ConfigError("param", param, "p or s")
         vals = _parse_values(param, values)
-        settings = _settings(locals())
         cfgs = [make_config(algo="fedala", **{**settings, param: v}) for v in vals]
         tic = time.perf_counter()
         runs, cached, stopped = self._get_runs(cfgs, progress, request)
         if not runs:
             return None, None, stopped
         disp = AblationDisplay.from_runs(runs, param=param)
-        status = stopped or (
-            f"{len(runs)} FedALA run(s) in {time.perf_counter() - tic:.1f} s"
-            + (f" ({sum(cached)} from the run store)" if any(cached) else "")
-            + "."
-        )
+        status = stopped or _status(runs, cached, time.perf_counter() - tic, what="FedALA run(s)")
         return disp.figure_, disp.frame_.round(3), status
 
     # -- FedLAMA -------------------------------------------------------------------------------------
 
     @_friendly
-    def fedlama(
-        self,
-        tau0,
-        phi,
-        with_ala,
-        dataset,
-        partition,
-        num_clients,
-        beta,
-        classes_per_client,
-        model,
-        rounds,
-        join_ratio,
-        lr,
-        batch_size,
-        mu,
-        eta,
-        s,
-        p,
-        seed,
-        progress=_PROGRESS,
-        request: gr.Request = None,
-    ):
+    @_with_settings
+    def fedlama(self, tau0, phi, with_ala, settings, progress=_PROGRESS, request: gr.Request = None):
         """FedAvg(τ0), FedAvg(φ·τ0) and FedLAMA(τ0, φ) with the same local SGD steps: accuracy against the
         communication each needs (FedLAMA's Tables 1–4 as curves). ``with_ala`` adds FedALA and
         FedLAMA+ALA."""
@@ -608,9 +504,7 @@ class LectureApp:
         from ..figures.fedlama import CommAccuracyDisplay
 
         # the teach-fedlama preset: a round is τ0 local steps, with reshuffling (see presets.py)
-        base = make_config(
-            algo="fedlama", preset_name="teach-fedlama", tau0=tau0, phi=phi, **_settings(locals())
-        )
+        base = make_config(algo="fedlama", preset_name="teach-fedlama", tau0=tau0, phi=phi, **settings)
         cfgs = comparison_configs(base, with_ala=bool(with_ala))
         tic = time.perf_counter()
         runs, cached, stopped = self._get_runs(list(cfgs.values()), progress, request, labels=list(cfgs))
@@ -628,12 +522,7 @@ class LectureApp:
             "total_steps",
         ]
         table = disp.frame_[[c for c in cols if c in disp.frame_.columns]].round(2)
-        status = (
-            f"{len(runs)} run(s) in {time.perf_counter() - tic:.1f} s"
-            + (f" ({sum(cached)} from the run store)" if any(cached) else "")
-            + "."
-        )
-        return disp.figure_, table, status
+        return disp.figure_, table, _status(runs, cached, time.perf_counter() - tic)
 
     # -- Runs --------------------------------------------------------------------------------------
 
@@ -691,7 +580,7 @@ def launch_kwargs() -> dict:
 
 
 CSS = """
-#status, #train-status { min-height: 1.5em; }
+#train-status { min-height: 1.5em; }
 """
 
 
@@ -750,7 +639,6 @@ def build_app(store=None, concurrency: int = 1) -> gr.Blocks:
                 elem_id="classes",
                 scale=2,
             )
-        data_inputs = [dataset, partition, num_clients, beta, classes_per_client]
 
         with gr.Tabs():
             # 1. Data
@@ -812,7 +700,6 @@ def build_app(store=None, concurrency: int = 1) -> gr.Blocks:
                     acc_plot = _plot(label="test accuracy", elem_id="train-acc-plot")
                     loss_plot = _plot(label="test loss", elem_id="train-loss-plot")
                 summary = gr.Dataframe(label="summary", elem_id="train-summary", interactive=False)
-            settings = data_inputs + [model, rounds, join_ratio, lr, batch_size, mu, eta, s, p, seed]
 
             # 3. ALA inside
             with gr.Tab("ALA inside", id="ala"):
@@ -965,6 +852,26 @@ def build_app(store=None, concurrency: int = 1) -> gr.Blocks:
                     run_details = gr.JSON(label="summary and settings", elem_id="run-details")
 
         # -- events: each tab's action is a named API endpoint ------------------------------------------
+        # the setting widgets by name, listed in DATA_FIELDS + TRAIN_FIELDS order: the handlers' parameters
+        by_name = {
+            "dataset": dataset,
+            "partition": partition,
+            "num_clients": num_clients,
+            "beta": beta,
+            "classes_per_client": classes_per_client,
+            "model": model,
+            "rounds": rounds,
+            "join_ratio": join_ratio,
+            "lr": lr,
+            "batch_size": batch_size,
+            "mu": mu,
+            "eta": eta,
+            "s": s,
+            "p": p,
+            "seed": seed,
+        }
+        data_inputs = [by_name[k] for k in DATA_FIELDS]
+        settings = [by_name[k] for k in DATA_FIELDS + TRAIN_FIELDS]
         gr.on(
             [
                 dataset.change,
