@@ -589,6 +589,11 @@ def _plot(label: str, elem_id: str, **kw):
     return gr.Plot(label=label, elem_id=elem_id, show_label=False, **kw)
 
 
+def _whole_slider(lo, hi, value, label: str, elem_id: str, step: int = 1, **kw):
+    """A slider of whole numbers (clients, rounds, sizes)."""
+    return gr.Slider(lo, hi, value=value, step=step, precision=0, label=label, elem_id=elem_id, **kw)
+
+
 def _run_stop(run_id: str, stop_id: str):
     with gr.Row():
         run = gr.Button("Run", variant="primary", elem_id=run_id, scale=0, min_width=120)
@@ -618,26 +623,10 @@ def build_app(store=None, concurrency: int = 1) -> gr.Blocks:
             partition = gr.Radio(
                 PARTITION_CHOICES, value=d["partition"], label="partition", elem_id="partition", scale=3
             )
-            num_clients = gr.Slider(
-                2,
-                100,
-                value=d["num_clients"],
-                step=1,
-                precision=0,
-                label="clients N",
-                elem_id="clients",
-                scale=3,
-            )
+            num_clients = _whole_slider(2, 100, d["num_clients"], "clients N", "clients", scale=3)
             beta = gr.Number(d["beta"], label="Dirichlet β (small = skewed)", elem_id="beta", scale=2)
-            classes_per_client = gr.Slider(
-                1,
-                10,
-                value=d["classes_per_client"],
-                step=1,
-                precision=0,
-                label="labels per client (pathological)",
-                elem_id="classes",
-                scale=2,
+            classes_per_client = _whole_slider(
+                1, 10, d["classes_per_client"], "labels per client (pathological)", "classes", scale=2
             )
 
         with gr.Tabs():
@@ -665,9 +654,7 @@ def build_app(store=None, concurrency: int = 1) -> gr.Blocks:
                         MODEL_CHOICES, value=d["model"], label="model", elem_id="model", scale=1
                     )
                 with gr.Row():
-                    rounds = gr.Slider(
-                        1, 300, value=d["rounds"], step=1, precision=0, label="rounds T", elem_id="rounds"
-                    )
+                    rounds = _whole_slider(1, 300, d["rounds"], "rounds T", "rounds")
                     join_ratio = gr.Slider(
                         0.05,
                         1.0,
@@ -676,24 +663,14 @@ def build_app(store=None, concurrency: int = 1) -> gr.Blocks:
                         label="join ratio ρ (clients per round)",
                         elem_id="join-ratio",
                     )
-                    batch_size = gr.Slider(
-                        1,
-                        64,
-                        value=d["batch_size"],
-                        step=1,
-                        precision=0,
-                        label="batch size",
-                        elem_id="batch-size",
-                    )
+                    batch_size = _whole_slider(1, 64, d["batch_size"], "batch size", "batch-size")
                     seed = gr.Number(d["seed"], precision=0, label="seed", elem_id="seed")
                 with gr.Row():
                     lr = gr.Number(d["lr"], label="learning rate", elem_id="lr")
                     mu = gr.Number(d["mu"], label="FedProx μ", elem_id="mu")
                     eta = gr.Number(d["eta"], label="ALA η (weight learning rate)", elem_id="eta")
                     s = gr.Slider(1, 100, value=d["s"], step=1, label="ALA s (% of local data)", elem_id="s")
-                    p = gr.Slider(
-                        1, 4, value=d["p"], step=1, precision=0, label="ALA p (top blocks)", elem_id="p"
-                    )
+                    p = _whole_slider(1, 4, d["p"], "ALA p (top blocks)", "p")
                 train_btn, train_stop = _run_stop("train-run", "train-stop")
                 train_status = gr.Markdown(elem_id="train-status")
                 with gr.Row():
@@ -708,23 +685,9 @@ def build_app(store=None, concurrency: int = 1) -> gr.Blocks:
                     "current settings."
                 )
                 with gr.Row():
-                    ala_client = gr.Slider(
-                        0,
-                        d["num_clients"] - 1,
-                        value=0,
-                        step=1,
-                        precision=0,
-                        label="client",
-                        elem_id="ala-client",
-                    )
-                    ala_round = gr.Slider(
-                        2,
-                        d["rounds"],
-                        value=d["rounds"],
-                        step=1,
-                        precision=0,
-                        label="round (ALA starts in round 2)",
-                        elem_id="ala-round",
+                    ala_client = _whole_slider(0, d["num_clients"] - 1, 0, "client", "ala-client")
+                    ala_round = _whole_slider(
+                        2, d["rounds"], d["rounds"], "round (ALA starts in round 2)", "ala-round"
                     )
                 ala_btn, ala_stop = _run_stop("ala-run", "ala-stop")
                 ala_status = gr.Markdown(elem_id="ala-status")
@@ -743,41 +706,13 @@ def build_app(store=None, concurrency: int = 1) -> gr.Blocks:
                     "circles: start of a round, green squares: its end."
                 )
                 with gr.Row():
-                    traj_client = gr.Slider(
-                        0,
-                        d["num_clients"] - 1,
-                        value=4,
-                        step=1,
-                        precision=0,
-                        label="client",
-                        elem_id="traj-client",
+                    traj_client = _whole_slider(0, d["num_clients"] - 1, 4, "client", "traj-client")
+                    traj_K = _whole_slider(
+                        0, d["rounds"] - 1, d["rounds"] - 10, "ALA activation round K (ALA on after it)", "traj-k"
                     )
-                    traj_K = gr.Slider(
-                        0,
-                        d["rounds"] - 1,
-                        value=d["rounds"] - 10,
-                        step=1,
-                        precision=0,
-                        label="ALA activation round K (ALA on after it)",
-                        elem_id="traj-k",
-                    )
-                    traj_before = gr.Slider(
-                        0,
-                        20,
-                        value=2,
-                        step=1,
-                        precision=0,
-                        label="rounds shown before K",
-                        elem_id="traj-before",
-                    )
-                    traj_grid = gr.Slider(
-                        5,
-                        41,
-                        value=21,
-                        step=2,
-                        precision=0,
-                        label="surface grid (points per axis)",
-                        elem_id="traj-grid",
+                    traj_before = _whole_slider(0, 20, 2, "rounds shown before K", "traj-before")
+                    traj_grid = _whole_slider(
+                        5, 41, 21, "surface grid (points per axis)", "traj-grid", step=2
                     )
                 traj_btn, traj_stop = _run_stop("traj-run", "traj-stop")
                 traj_status = gr.Markdown(elem_id="traj-status")
@@ -813,18 +748,8 @@ def build_app(store=None, concurrency: int = 1) -> gr.Blocks:
                     "same local steps (a round is τ0 steps here; data reshuffled each round)."
                 )
                 with gr.Row():
-                    tau0 = gr.Slider(
-                        1,
-                        50,
-                        value=10,
-                        step=1,
-                        precision=0,
-                        label="τ0 (local steps per round)",
-                        elem_id="tau0",
-                    )
-                    phi = gr.Slider(
-                        1, 8, value=2, step=1, precision=0, label="φ (long interval = φ·τ0)", elem_id="phi"
-                    )
+                    tau0 = _whole_slider(1, 50, 10, "τ0 (local steps per round)", "tau0")
+                    phi = _whole_slider(1, 8, 2, "φ (long interval = φ·τ0)", "phi")
                     lama_ala = gr.Checkbox(False, label="also FedALA and FedLAMA+ALA", elem_id="lama-ala")
                 lama_btn, lama_stop = _run_stop("lama-run", "lama-stop")
                 lama_status = gr.Markdown(elem_id="lama-status")
