@@ -12,11 +12,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import fields
 from pathlib import Path
 
-from .config import ALGORITHMS, BACKENDS, DATASETS, PARTITIONS, DataConfig, RunConfig
-from .errors import FedalaError
+from .config import (
+    ALGORITHMS,
+    BACKENDS,
+    DATASETS,
+    PARTITIONS,
+    SETTING_NAMES,
+    DataConfig,
+    RunConfig,
+    merge_settings,
+    parse_value,
+    read_config_file,
+    unknown_setting,
+)
+from .errors import ConfigError, FedalaError, TrainingDiverged
 
 
 class _Parser(argparse.ArgumentParser):
@@ -94,8 +105,11 @@ def config_and_changes(args, base: RunConfig | None = None) -> tuple[RunConfig, 
 
         base = preset(args.preset) if args.preset else RunConfig()
     if args.config:
-        # from_dict routes the file's top-level data fields (and data_seed) into "data"
-        base = RunConfig.from_dict(_merge(base.to_dict(), _read_config_file(args.config)))
+        settings = read_config_file(args.config)
+        try:  # from_dict routes the file's top-level data fields (and data_seed) into "data"
+            base = RunConfig.from_dict(merge_settings(base.to_dict(), settings))
+        except ConfigError as err:
+            raise ConfigError(err.field, err.value, err.allowed, f"in config file {args.config}") from None
     return base, flag_changes(args)
 
 
@@ -108,83 +122,52 @@ def flag_changes(args) -> dict:
             changes[_RENAME.get(flag, flag.replace("-", "_"))] = v
     for item in args.set:
         if "=" not in item:
-            raise FedalaError(f"--set {item!r}: expected KEY=VALUE")
+            raise FedalaError(f"--set {item!r}: expected KEY=VALUE, e.g. --set shuffle=true")
         k, v = item.split("=", 1)
-        changes[k.strip().replace("-", "_")] = _parse_value(k.strip(), v.strip())
-    unknown = [k for k in changes if k not in _field_names() and k != "data_seed"]
-    if unknown:
-        from .errors import ConfigError
-
-        raise ConfigError(unknown[0], changes[unknown[0]], "a known setting; see fedala_lab.config.RunConfig")
+        key, value = k.strip().replace("-", "_"), parse_value(v.strip())
+        if key not in SETTING_NAMES:
+            raise unknown_setting(key, value)
+        changes[key] = value
     return changes
 
 
-def _field_names() -> set[str]:
-    return {f.name for f in fields(RunConfig)} | {f.name for f in fields(DataConfig)}
-
-
-def _merge(base: dict, extra: dict) -> dict:
-    """Overlay a config file on a base config dict; "data" is merged key by key."""
-    out = dict(base)
-    out["data"] = {**base["data"], **(extra.get("data") or {})}
-    out.update({k: v for k, v in extra.items() if k != "data"})
-    return out
-
-
-def _parse_value(key: str, text: str):
-    """--set values: booleans strictly, then int, float, None, else the string."""
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low in ("none", "null"):
-        return None
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
-
-
-def _read_config_file(path: Path) -> dict:
-    if not path.is_file():
-        raise FedalaError(f"--config {path}: no such file")
-    text = path.read_text()
-    if path.suffix.lower() in (".yaml", ".yml"):
-        import yaml
-
-        d = yaml.safe_load(text)
-    else:
-        d = json.loads(text)
-    if not isinstance(d, dict):
-        raise FedalaError(f"--config {path}: expected a mapping of config fields")
-    return d
-
-
 def cmd_run(args) -> int:
+    from .record.run import json_safe
     from .record.store import RunStore
 
     cfgs = _config_from_args(args)
     store = RunStore(args.store)
-    results = []
+    results, failed = [], []
     from .data.federated import FederatedData
     from .engine.simulate import resolve_device
 
     data = FederatedData.from_config(cfgs[0].data, resolve_device(cfgs[0].device))
     for cfg in cfgs:
-        run = store.get_or_run(cfg, data=data, progress=not args.no_progress and not args.json, force=args.force)
+        try:
+            run = store.get_or_run(cfg, data=data, progress=not args.no_progress and not args.json,
+                                   force=args.force)
+        except TrainingDiverged as err:
+            # the other algorithms still run; the command ends non-zero with the message, every time
+            failed.append(f"{cfg.algo}: {err}")
+            row = {"algo": cfg.algo, "status": "diverged", "message": str(err)}
+            if args.json:
+                print(json.dumps(json_safe(row), allow_nan=False), flush=True)
+            continue
         s = run.summary()
         row = {"algo": cfg.algo, "best_acc": s["best_acc"], "final_acc": s["final_acc"], "rounds": s["rounds"],
                "seconds": s["seconds"], "bytes_up": s["bytes_up"], "bytes_down": s["bytes_down"],
-               "run_dir": str(run.path)}
-        if s["capped_clients"]:
-            row["capped_clients"] = s["capped_clients"]
+               "status": s["status"], "run_dir": str(run.path)}
+        for key in ("capped_clients", "untrained_clients"):
+            if s.get(key):
+                row[key] = s[key]
         results.append(row)
         if args.json:
-            print(json.dumps(row), flush=True)
-    if not args.json:
+            print(json.dumps(json_safe(row), allow_nan=False), flush=True)
+    if not args.json and results:
         _print_table(results)
-    return 0
+    for msg in failed:
+        sys.stderr.write(f"fedala-lab: error: {msg}\n")
+    return 2 if failed else 0
 
 
 def _print_table(rows: list[dict]) -> None:
@@ -196,6 +179,9 @@ def _print_table(rows: list[dict]) -> None:
               f"{r['seconds']:>8.1f}  {r['run_dir']}")
         if r.get("capped_clients"):
             print(f"{'':<14} note: ALA start phase capped for clients {r['capped_clients']}")
+        if r.get("untrained_clients"):
+            print(f"{'':<14} note: clients {r['untrained_clients']} hold less than one batch of train data "
+                  "and never trained locally (drop_last)")
 
 
 def cmd_data(args) -> int:
@@ -208,11 +194,16 @@ def cmd_data(args) -> int:
         "root": args.root, "download": args.download, "train_ratio": args.train_ratio,
         "least_samples": args.least_samples,
     }.items() if v is not None}
+    out = Path(args.out)
+    if out.suffix and out.suffix.lower() not in (".png", ".pdf", ".svg"):
+        raise ConfigError("out", args.out, "an image path ending in .png, .pdf or .svg (or no suffix: both "
+                          ".png and .pdf are written)")
+    if args.csv and Path(args.csv).suffix.lower() != ".csv":
+        raise ConfigError("csv", args.csv, "a path ending in .csv")
     cfg = DataConfig(**changes)
     data = FederatedData.from_config(cfg)
     disp = DataDistributionDisplay.from_data(data, kind=args.kind, split=args.split,
                                              title=_data_title(cfg))
-    out = Path(args.out)
     formats = None if out.suffix else ("png", "pdf")
     written = disp.savefig(out if out.suffix else out.with_suffix(".png"), formats=formats)
     summary = data.summary()
@@ -278,12 +269,20 @@ _SUBCOMMAND_MODULES: list[str] = ["fedala_lab.webapp", "fedala_lab.figures.paper
 
 
 def main(argv: list[str] | None = None) -> int:
+    import warnings
+
+    # the library's warnings (clients that never train, capped start phases…) as one line each
+    warnings.formatwarning = lambda message, category, *args, **kwargs: f"fedala-lab: warning: {message}\n"
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return args.func(args)
     except FedalaError as err:
         sys.stderr.write(f"fedala-lab: error: {err}\n")
+        return 2
+    except OSError as err:  # a path that cannot be written or read: the user's to fix, never a traceback
+        where = f"{err.filename}: " if err.filename else ""
+        sys.stderr.write(f"fedala-lab: error: {where}{err.strerror or err}\n")
         return 2
     except KeyboardInterrupt:
         sys.stderr.write("fedala-lab: interrupted (checkpoints, if any, are kept; run again to resume)\n")

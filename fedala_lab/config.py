@@ -15,11 +15,12 @@ import hashlib
 import json
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, ConfigFileError
 
 DATASETS = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100")
 # "pfllib-pool:<dir>": every image of a PFLlib partition pooled, to be partitioned afresh (e.g. MNIST
@@ -41,6 +42,14 @@ ALGORITHMS = (
     "fedavg", "fedprox", "fedala", "fedavg+ala", "fedprox+ala",
     "fedavg-c", "fedprox-c", "local", "fedlama", "fedlama+ala",
 )
+
+
+# Upper bounds on work counts. Not physics, but a typo guard: a round of the smallest problem takes
+# milliseconds, so 10⁵ rounds is already hours, and 10¹² (a slip of the keyboard) would never end.
+MAX_ROUNDS = 100_000
+MAX_EPOCHS = 1_000  # local_epochs, finetune_epochs: E = 20 is FedProx's largest
+MAX_STEPS = 10_000_000  # local_steps, tau0
+MAX_START_EPOCHS = 100_000
 
 
 def default_data_root() -> str:
@@ -232,20 +241,20 @@ class RunConfig:
     device: str = "auto"
     # Save a resumable checkpoint every k rounds (0 = never).
     checkpoint_every: int = 10
-    # torch CPU threads during the run; None = auto: one for small models (under 200k parameters: each
-    # step is Python overhead, and with torch's default threads a busy neighbour process made a teach run
-    # 10–20× slower here), torch's default otherwise. Never part of the key.
+    # torch CPU threads during the run; None = auto: one per process on a CPU. With torch's default threads a
+    # busy neighbour process made an MNIST round 18× slower here (every small step waits for a descheduled
+    # thread); parallelism comes from processes instead. Never part of the key.
     threads: int | None = None
 
     def __post_init__(self):
         _check(isinstance(self.data, DataConfig), "data", self.data, "a DataConfig")
         _choice("model", self.model, MODELS)
         _choice("algo", self.algo, ALGORITHMS)
-        _int("rounds", self.rounds, 1)
+        _int("rounds", self.rounds, 1, MAX_ROUNDS)
         _float("join_ratio", self.join_ratio, 0, 1, lo_open=True)
-        _int("local_epochs", self.local_epochs, 1)
+        _int("local_epochs", self.local_epochs, 1, MAX_EPOCHS)
         if self.local_steps is not None:
-            _int("local_steps", self.local_steps, 1)
+            _int("local_steps", self.local_steps, 1, MAX_STEPS)
         _int("batch_size", self.batch_size, 1)
         _float("lr", self.lr, 0, lo_open=True)
         _bool("shuffle", self.shuffle)
@@ -256,22 +265,22 @@ class RunConfig:
         _int("p", self.p, 1)
         _float("threshold", self.threshold, 0, lo_open=True)
         _int("num_pre_loss", self.num_pre_loss, 1)
-        _int("max_start_epochs", self.max_start_epochs, 1)
+        _int("max_start_epochs", self.max_start_epochs, 1, MAX_START_EPOCHS)
         _bool("ala_all_clients", self.ala_all_clients)
-        _int("ala_after", self.ala_after, 0)
-        _int("finetune_epochs", self.finetune_epochs, 1)
-        _int("tau0", self.tau0, 1)
+        _int("ala_after", self.ala_after, 0, MAX_ROUNDS)
+        _int("finetune_epochs", self.finetune_epochs, 1, MAX_EPOCHS)
+        _int("tau0", self.tau0, 1, MAX_STEPS)
         _int("phi", self.phi, 1)
         _choice("lama_rule", self.lama_rule, ("spec", "authors"))
         _int("seed", self.seed, 0)
-        _int("eval_every", self.eval_every, 1)
+        _int("eval_every", self.eval_every, 1, MAX_ROUNDS)
         _bool("eval_drop_last", self.eval_drop_last)
         _bool("record_train_loss", self.record_train_loss)
         for name in ("track_clients", "snapshot_clients"):
             v = getattr(self, name)
             _check(isinstance(v, str) and _parse_clients(v) is not None, name, v,
                    '"auto", "all", "none" or comma-separated client ids like "0,4"')
-        _int("snapshot_from", self.snapshot_from, 1)
+        _int("snapshot_from", self.snapshot_from, 1, MAX_ROUNDS)
         _choice("backend", self.backend, BACKENDS)
         _check(isinstance(self.device, str) and self.device.split(":")[0] in ("auto", "cpu", "cuda", "mps"),
                "device", self.device, "auto, cpu, cuda, cuda:<n> or mps")
@@ -316,27 +325,44 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RunConfig:
-        """Build from a (possibly flat) dict: data fields may sit at top level or under "data"."""
+    def from_dict(cls, d: Mapping[str, Any]) -> RunConfig:
+        """Build from a (possibly flat) mapping: data fields may sit at top level or under "data".
+
+        Unknown keys, a non-mapping ``d`` or a non-mapping ``data`` raise :class:`ConfigError` naming the
+        key and listing the allowed ones.
+        """
+        if not isinstance(d, Mapping):
+            raise ConfigError("config", d, "a mapping of settings, e.g. {\"algo\": \"fedala\", \"rounds\": 50}")
         d = dict(d)
-        data = dict(d.pop("data", {}) or {})
-        data_names = {f.name for f in fields(DataConfig)}
-        run_names = {f.name for f in fields(cls)}
+        data = d.pop("data", None)
+        if isinstance(data, DataConfig):
+            data = data.__dict__
+        if data is None:
+            data = {}
+        if not isinstance(data, Mapping):
+            raise ConfigError("data", data, "a mapping of data settings: " + ", ".join(_DATA_NAMES))
+        data = dict(data)
         for k in list(d):
-            if k in data_names and k not in run_names:
+            if k in _DATA_NAMES and k not in _RUN_NAMES:
                 data[k] = d.pop(k)
             elif k == "data_seed":
                 data["seed"] = d.pop(k)
-        unknown = sorted(set(d) - run_names) + sorted(set(data) - data_names)
+        unknown = [(k, d[k]) for k in d if k not in _RUN_NAMES] + [(k, data[k]) for k in data
+                                                                   if k not in _DATA_NAMES]
         if unknown:
-            raise ConfigError(unknown[0], d.get(unknown[0], data.get(unknown[0])),
-                              "a known setting; see fedala_lab.config.RunConfig")
+            raise unknown_setting(*unknown[0])
         return cls(data=DataConfig(**data), **d)
 
     def replace(self, **changes) -> RunConfig:
-        """A copy with changes; data fields (``num_clients=``, ``beta=``…) are routed to ``data``."""
-        data_names = {f.name for f in fields(DataConfig)}
-        data_changes = {k: changes.pop(k) for k in list(changes) if k in data_names and k != "seed"}
+        """A copy with changes; data fields (``num_clients=``, ``beta=``…) are routed to ``data``.
+
+        ``seed`` is the run seed and ``data_seed`` the partition seed. An unknown name raises
+        :class:`ConfigError` listing the allowed ones.
+        """
+        for k, v in changes.items():
+            if k not in SETTING_NAMES and k != "data":
+                raise unknown_setting(k, v)
+        data_changes = {k: changes.pop(k) for k in list(changes) if k in _DATA_NAMES and k not in _RUN_NAMES}
         if "data_seed" in changes:
             data_changes["seed"] = changes.pop("data_seed")
         data = dataclasses.replace(self.data, **data_changes) if data_changes else self.data
@@ -390,6 +416,112 @@ class RunConfig:
         algo = self.algo.replace("+", "_")
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in ds)
         return f"{algo}-{safe}{part}-n{self.data.num_clients}-r{self.rounds}-s{self.seed}"
+
+
+_RUN_NAMES = frozenset(f.name for f in fields(RunConfig))
+_DATA_NAMES = tuple(f.name for f in fields(DataConfig))
+# Every name a setting can be given by (replace, from_dict, --set, sweep axes, spec files): the run's
+# fields, the data's fields (routed into ``data``) and ``data_seed`` (the partition seed; ``seed`` is the run's).
+SETTING_NAMES = tuple(sorted((_RUN_NAMES - {"data"}) | set(_DATA_NAMES) | {"data_seed"}))
+
+
+def unknown_setting(name, value) -> ConfigError:
+    """The error for a setting that does not exist, listing those that do."""
+    return ConfigError(str(name), value, "a known setting; one of " + ", ".join(SETTING_NAMES))
+
+
+def merge_settings(base: dict, extra: Mapping) -> dict:
+    """Overlay ``extra`` (a settings mapping, e.g. a config file) on ``base`` (``RunConfig.to_dict()``);
+    ``data`` is merged key by key. Non-mappings raise :class:`ConfigError`."""
+    if not isinstance(extra, Mapping):
+        raise ConfigError("config", extra, "a mapping of settings")
+    data = extra.get("data")
+    if data is not None and not isinstance(data, Mapping):
+        raise ConfigError("data", data, "a mapping of data settings: " + ", ".join(_DATA_NAMES))
+    out = dict(base)
+    out["data"] = {**base["data"], **(data or {})}
+    out.update({k: v for k, v in extra.items() if k != "data"})
+    return out
+
+
+def parse_value(text: str):
+    """A setting's value written as text (``--set``, ``--grid``): booleans strictly (true/false), then
+    int, float, None (none/null), else the string itself."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def read_config_file(path: str | os.PathLike) -> dict:
+    """Read a JSON or YAML settings file into a dict.
+
+    ``.json`` is read as JSON, ``.yaml``/``.yml`` as YAML (safe loader: no Python objects), anything else
+    as JSON, then YAML. Every problem (no such file, a folder, not text, a syntax error, a tag that would
+    build a Python object, an empty file, not a mapping) raises :class:`ConfigError` naming the file and
+    what is wrong, on one line.
+    """
+    import yaml
+
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigFileError(p, "is a folder, not a settings file (JSON or YAML)")
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise ConfigFileError(p, "no such file") from None
+    except OSError as err:
+        raise ConfigFileError(p, f"cannot be read ({err.strerror})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\x00" in text:
+        raise ConfigFileError(p, "holds binary data, not a JSON or YAML text")
+    if not text.strip():
+        raise ConfigFileError(p, "is empty: write settings such as 'rounds: 50'")
+
+    def as_json():
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ConfigFileError(p, f"is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})") from None
+
+    def as_yaml():
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+            problem = " ".join(str(getattr(err, "problem", None) or str(err).splitlines()[0]).split())
+            if isinstance(err, yaml.constructor.ConstructorError):
+                problem += "; tags that build Python objects are never loaded"
+            raise ConfigFileError(p, f"is not valid YAML ({where}{problem})") from None
+
+    suffix = p.suffix.lower()
+    if suffix == ".json":
+        d = as_json()
+    elif suffix in (".yaml", ".yml"):
+        d = as_yaml()
+    else:
+        try:
+            d = as_json()
+        except ConfigFileError:
+            d = as_yaml()
+    if d is None:
+        raise ConfigFileError(p, "holds no settings: write settings such as 'rounds: 50'")
+    if not isinstance(d, dict):
+        raise ConfigFileError(p, f"holds a {type(d).__name__}, not a mapping of settings such as 'rounds: 50'")
+    if d.get("data") is not None and not isinstance(d["data"], dict):
+        raise ConfigFileError(p, f"'data' must be a mapping of data settings, not {d['data']!r}")
+    return d
 
 
 def _parse_clients(spec: str):

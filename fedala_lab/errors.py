@@ -21,6 +21,14 @@ class ConfigError(FedalaError, ValueError):
         super().__init__(msg + (f" ({hint})" if hint else ""))
 
 
+class ConfigFileError(ConfigError):
+    """A settings file (``--config``, a sweep spec) cannot be read as settings: ``path: problem``."""
+
+    def __init__(self, path, problem: str):
+        self.field, self.value, self.allowed = "config", str(path), problem
+        ValueError.__init__(self, f"config file {path}: {problem}")
+
+
 class DataError(FedalaError, ValueError):
     """Data files are missing, corrupt or unsafe, or a partition request cannot be met."""
 

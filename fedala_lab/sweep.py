@@ -51,7 +51,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .config import RunConfig
+from .config import SETTING_NAMES, RunConfig, merge_settings, parse_value, read_config_file
 from .errors import ConfigError, FedalaError, TrainingDiverged
 from .presets import mnist_pathological_dataset  # re-exported: where MNIST pathological comes from
 
@@ -68,13 +68,11 @@ _SPEC_KEYS = ("name", "preset", "config", "grid", "by")
 
 def _axis_name(name: str) -> str:
     """Normalise an axis name (``--grid num-clients=…``, ``seeds: […]``) and check it is a config field."""
-    from .cli import _field_names
-
     if not isinstance(name, str) or not name.strip():
         raise ConfigError("grid", name, "an axis named after a config field, e.g. p, s, beta, num_clients")
     key = AXIS_ALIASES.get(name.strip(), name.strip())
     key = AXIS_ALIASES.get(key.replace("-", "_"), key.replace("-", "_"))
-    if key not in _field_names() | {"data_seed"}:
+    if key not in SETTING_NAMES:
         raise ConfigError("grid", name, "a RunConfig or DataConfig field (e.g. algo, seed, p, s, eta, beta, "
                           "num_clients, data_seed)")
     if key in ("data", "device", "checkpoint_every", "root", "download", "threads"):
@@ -139,10 +137,8 @@ class SweepSpec:
         if not isinstance(overrides, Mapping):
             raise ConfigError("spec.config", overrides, "a mapping of config fields")
         if overrides:
-            from .cli import _merge
-
             # from_dict routes top-level data fields and data_seed into "data" (they win over it)
-            base = RunConfig.from_dict(_merge(base.to_dict(), overrides))
+            base = RunConfig.from_dict(merge_settings(base.to_dict(), overrides))
         grid = d.get("grid") or {}
         if not isinstance(grid, Mapping):
             raise ConfigError("spec.grid", grid, "a mapping axis -> list of values")
@@ -151,10 +147,8 @@ class SweepSpec:
     @classmethod
     def from_file(cls, path: str | os.PathLike, *, base: RunConfig | None = None) -> SweepSpec:
         """Read a YAML (``.yaml``/``.yml``) or JSON spec file."""
-        from .cli import _read_config_file
-
         path = Path(path)
-        spec = cls.from_dict(_read_config_file(path), base=base)
+        spec = cls.from_dict(read_config_file(path), base=base)
         return spec if spec.name != "sweep" else dataclasses.replace(spec, name=path.stem)
 
     def with_axes(self, **axes) -> SweepSpec:
@@ -427,7 +421,7 @@ def run_sweep(spec: SweepSpec, *, store=None, workers: int | str = "auto", ray: 
         if k in failed:
             continue
         if k not in loaded:
-            loaded[k] = store.find(cfg)
+            loaded[k] = store.find(cfg, diverged=True)  # diverged runs are listed, not tabled
         run = loaded[k]
         if run is None:  # neither stored nor reported failed: say so rather than drop it silently
             failed[k] = "no finished run in the store after the sweep"
@@ -565,8 +559,6 @@ def _run_ray(todo, root, force, threads, gpus, workers, address, shared, store, 
 
 def _parse_list(text: str, axis: str) -> list:
     """``"0,1,2"`` or ``"0-4"`` (an integer range, both ends included) → values."""
-    from .cli import _parse_value
-
     items = [t.strip() for t in text.split(",") if t.strip()]
     out: list = []
     for t in items:
@@ -576,7 +568,7 @@ def _parse_list(text: str, axis: str) -> list:
                 raise ConfigError(axis, t, "a range low-high with low <= high")
             out.extend(range(int(lo), int(hi) + 1))
         else:
-            out.append(_parse_value(axis, t))
+            out.append(parse_value(t))
     if not out:
         raise ConfigError(axis, text, "a comma-separated list of values")
     return out

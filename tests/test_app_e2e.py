@@ -162,6 +162,42 @@ def test_bad_inputs_show_the_library_message_and_the_app_stays_usable(server, cl
     assert len(table["data"]) == 20
 
 
+def _raw_call(url: str, api: str, data: list) -> tuple[str, str]:
+    """One call over plain HTTP as a script without gradio_client would make it: (event, data) of the
+    result stream's last event. NaN is sent as the bare token Python's json writes."""
+    req = urllib.request.Request(f"{url}/gradio_api/call/{api}", data=json.dumps({"data": data}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        event_id = json.loads(r.read())["event_id"]
+    with urllib.request.urlopen(f"{url}/gradio_api/call/{api}/{event_id}", timeout=120) as r:
+        text = r.read().decode()
+    events = re.findall(r"event: (\w+)\ndata: (.*)", text)
+    return events[-1]
+
+
+def test_raw_http_bad_numbers_get_a_message_and_no_traceback(server):
+    """2.5 rounds, true, NaN in integer fields: refused (never rounded) with the message naming the field;
+    the server log gets one line per refusal, not a traceback."""
+    from fedala_lab.webapp.ui import DATA_FIELDS, TRAIN_FIELDS
+
+    url, store, _ = server
+    log = store / "server.log"
+    before = log.read_text()
+    for field, value, pattern in [("rounds", 2.5, r"rounds=2\.5 is not allowed: a whole number from 1 to 300"),
+                                  ("rounds", True, r"rounds=True is not allowed"),
+                                  ("num_clients", float("nan"), r"num_clients=nan is not allowed"),
+                                  ("batch_size", 0, r"batch_size=0 is not allowed: a whole number from 1 to 64"),
+                                  ("seed", 1.5, r"seed=1\.5 is not allowed")]:
+        values = {**SMALL, field: value}
+        event, data = _raw_call(url, "train", [["fedavg"], *[values[k] for k in DATA_FIELDS + TRAIN_FIELDS]])
+        assert event == "error", (field, value, data)
+        assert re.search(pattern, json.loads(data)["error"]), data
+    time.sleep(0.5)  # the log is written by another process
+    added = log.read_text()[len(before):]
+    assert "Traceback" not in added, added
+    assert added.count("refused:") == 5, added
+
+
 def test_concurrent_users_get_their_own_results(server):
     """Three sessions at once (the benchmark does eight), each with its own seed: distinct, correct runs."""
     from gradio_client import Client

@@ -1,6 +1,7 @@
 """Run store: cache by config, atomic folders, resume after a kill, concurrent writers."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -15,6 +16,8 @@ from conftest import small_cfg
 from fedala_lab.errors import DataError, TrainingDiverged
 from fedala_lab.record.run import Run
 from fedala_lab.record.store import RunStore
+
+_TIMES = ["seconds", "init_seconds", "eval_seconds", "train_seconds", "aggregate_seconds"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,12 +60,20 @@ def test_store_load_refuses_paths_outside(tmp_path):
             store.load(bad)
 
 
-def test_diverged_run_is_saved_with_its_status(ragged, tmp_path):
+def test_diverged_run_is_saved_with_its_status_and_never_served_as_finished(ragged, tmp_path):
     store = RunStore(tmp_path)
     cfg = small_cfg(algo="fedavg", lr=1e20, rounds=4)
-    with pytest.raises(TrainingDiverged):
+    with pytest.raises(TrainingDiverged) as first:
         store.get_or_run(cfg, data=ragged, progress=False)
-    assert store.find(cfg).status == "diverged"
+    assert store.find(cfg, diverged=True).status == "diverged"
+    # kept for inspection, but neither "had" nor found as a result
+    assert not store.has(cfg) and store.find(cfg) is None
+    assert store.status(cfg).state == "diverged"
+    # asked again: the same error, with the same message, straight from the store (no recomputation)
+    with pytest.raises(TrainingDiverged) as again:
+        store.get_or_run(cfg, data=ragged, progress=False, callback=lambda sim, row: pytest.fail("recomputed"))
+    assert str(again.value) == str(first.value)
+    assert again.value.run is not None and again.value.run.status == "diverged"
 
 
 SCRIPT = textwrap.dedent("""
@@ -122,3 +133,74 @@ def test_two_processes_same_config_do_not_corrupt(tmp_path):
     assert sorted(["round 1" in out_a, "round 1" in out_b]) == [False, True]
     assert not [p for p in store_dir.iterdir() if p.name.startswith(".tmp-")]
     Run.load(runs[0])
+
+
+def _damage(folder, how):
+    if how == "clients.csv missing":
+        (folder / "clients.csv").unlink()
+    elif how == "arrays.npz truncated":
+        b = (folder / "arrays.npz").read_bytes()
+        (folder / "arrays.npz").write_bytes(b[: len(b) // 2])
+    elif how == "config.json corrupt":
+        (folder / "config.json").write_text("{not json")
+    elif how == "rounds.csv changed, same size":
+        t = (folder / "rounds.csv").read_text()
+        i = next(i for i, ch in enumerate(t) if ch.isdigit() and ch != "9" and i > t.index("\n"))
+        (folder / "rounds.csv").write_text(t[:i] + str(int(t[i]) + 1) + t[i + 1:])
+    elif how == "manifest.json corrupt":
+        (folder / "manifest.json").write_text("{")
+
+
+@pytest.mark.parametrize("how", ["clients.csv missing", "arrays.npz truncated", "config.json corrupt",
+                                 "rounds.csv changed, same size", "manifest.json corrupt"])
+def test_a_damaged_run_folder_is_reported_and_replaced(how, ragged, tmp_path):
+    store = RunStore(tmp_path)
+    cfg = small_cfg(algo="fedavg", rounds=2)
+    first = store.get_or_run(cfg, data=ragged, progress=False)
+    _damage(first.path, how)
+    with pytest.warns(UserWarning, match="damaged"):
+        assert store.find(cfg) is None  # never served as a finished run
+    with pytest.warns(UserWarning, match="damaged"):
+        again = store.get_or_run(cfg, data=ragged, progress=False)  # recomputed, and the folder replaced
+    assert again.path == first.path and store.has(cfg)
+    fresh = store.find(cfg)
+    pd.testing.assert_frame_equal(fresh.rounds.drop(columns=_TIMES), first.rounds.drop(columns=_TIMES))
+
+
+def test_leftovers_of_dead_writers_are_swept(ragged, tmp_path):
+    import subprocess
+
+    from fedala_lab.record import store as store_mod
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid that no longer runs
+    host = store_mod._HOST
+    stale = tmp_path / f".tmp-fedavg-x-{os.urandom(2).hex()}.{host}.{dead.pid}.abcd1234"
+    alive = tmp_path / f".tmp-fedavg-y.{host}.{os.getpid()}.abcd1234"
+    foreign = tmp_path / f".tmp-fedavg-z.otherhost.{dead.pid}.abcd1234"
+    for d in (stale, alive, foreign):
+        d.mkdir()
+        (d / "clients.csv").write_text("half written")
+    (tmp_path / ".checkpoints").mkdir()
+    torn = tmp_path / ".checkpoints" / f".fedavg-x.pt.{dead.pid}.tmp"
+    torn.write_bytes(b"torn")
+    store = RunStore(tmp_path)
+    store.get_or_run(small_cfg(algo="fedavg", rounds=1), data=ragged, progress=False)
+    assert not stale.exists() and not torn.exists()
+    assert alive.exists()  # a writer still at work
+    assert foreign.exists()  # another machine's: swept only when a day old
+    os.utime(foreign, (0, 0))
+    store.sweep()
+    assert not foreign.exists()
+
+
+def test_manifests_of_older_versions_still_load(ragged, tmp_path):
+    import json
+
+    store = RunStore(tmp_path)
+    cfg = small_cfg(algo="fedavg", rounds=1)
+    run = store.get_or_run(cfg, data=ragged, progress=False)
+    man = json.loads((run.path / "manifest.json").read_text())
+    man["files"] = list(man["files"])  # names only, as before sizes and hashes were recorded
+    (run.path / "manifest.json").write_text(json.dumps(man))
+    assert store.has(cfg) and store.find(cfg) is not None

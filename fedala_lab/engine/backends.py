@@ -83,10 +83,15 @@ class BatchPlan:
         return (self.sizes > 0).sum(1)
 
     def vector_order(self) -> np.ndarray:
-        """Clients by number of batches (desc), then by size of their last batch (desc)."""
+        """Clients by number of batches (desc), then by size of their last batch (desc). Clients without
+        a batch (fewer samples than a batch, with drop_last) come last."""
         nb = self.num_steps
-        last = self.sizes[np.arange(len(nb)), np.maximum(nb - 1, 0)] if len(nb) else nb
-        return np.lexsort((-last, -nb)) if len(nb) else nb
+        if not len(nb):
+            return np.zeros(0, dtype=np.int64)
+        if self.sizes.shape[1] == 0:  # nobody has a batch: any order will do
+            return np.arange(len(nb))
+        last = self.sizes[np.arange(len(nb)), np.maximum(nb - 1, 0)]
+        return np.lexsort((-last, -nb))
 
 
 def _aux_buffer(a, k, m, device):

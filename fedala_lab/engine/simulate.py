@@ -42,7 +42,7 @@ from .backends import BatchPlan, make_backend
 from .recorder import Recorder
 from .steps import make_eval_step, make_sgd_step
 
-SMALL_MODEL = 200_000  # parameters under which one CPU thread is the fastest and most robust choice
+SMALL_MODEL = 200_000  # parameters from which the loop backend beats the vectorised one on a CPU
 EVAL_CHUNK = 256  # rows per client per evaluation step (memory, not results, depends on it)
 CHECKPOINT_FORMAT = 1
 
@@ -92,7 +92,8 @@ class Simulation:
             from ..models import top_block_start
 
             top_block_start(self.model, cfg.p)  # raises the ConfigError naming p and the blocks
-        self.num_params = num_parameters(self.model)  # decides both the backend and the CPU threads
+        self.num_params = num_parameters(self.model)  # decides the backend
+        self.untrained = self._check_local_work()
         self.backend = make_backend(resolve_backend(cfg.backend, self.device, self.num_params), chunk_clients)
         self.algo = build_algorithm(cfg)
         self.dtype = next(self.model.parameters()).dtype
@@ -114,6 +115,32 @@ class Simulation:
         self._plans: dict = {}
         if self.algo.setup:
             self.algo.setup(self)
+
+    def _check_local_work(self) -> list[int]:
+        """Clients without a single local batch (fewer train samples than a batch, with drop_last): the
+        reference's DataLoader(drop_last=True) gives them no local training, and so do we, saying so.
+        If no client has a batch, nothing would ever train: the config is refused."""
+        cfg = self.cfg
+        sizes = self.train_sizes
+        untrained = [int(c) for c in np.flatnonzero(self.batches_per_epoch(sizes) == 0)]
+        if len(untrained) == self.num_clients:
+            largest = int(sizes.max()) if len(sizes) else 0
+            if largest == 0:
+                raise ConfigError("num_clients", cfg.data.num_clients,
+                                  "fewer clients: with this many, no client holds a train sample")
+            raise ConfigError("batch_size", cfg.batch_size,
+                              f"at most {largest}, the largest client's train split: with drop_last=true no "
+                              "client would have a full batch to train on",
+                              "use a smaller batch_size, fewer clients, or drop_last=false")
+        if untrained:
+            import warnings
+
+            shown = untrained if len(untrained) <= 12 else [*untrained[:12], "…"]
+            warnings.warn(f"{len(untrained)} of {self.num_clients} clients ({', '.join(map(str, shown))}) hold "
+                          f"fewer than batch_size={cfg.batch_size} train samples: with drop_last=true (as the "
+                          "reference) they never train locally and keep the model they receive; "
+                          "drop_last=false trains them on a partial batch", stacklevel=3)
+        return untrained
 
     # -- facts the algorithms use ------------------------------------------------------------------
 
@@ -259,12 +286,22 @@ class Simulation:
         """
         from tqdm.auto import tqdm
 
-        cfg = self.cfg
-        threads = cfg.threads
-        if threads is None and self.device.type == "cpu" and self.num_params < SMALL_MODEL:
-            threads = 1
-        with cpu_threads(threads):
+        with cpu_threads(self.threads):
             return self._run(tqdm, progress, callback, checkpoint)
+
+    @property
+    def threads(self) -> int | None:
+        """torch CPU threads for this run: ``cfg.threads``, else one per process on a CPU.
+
+        Why one: a training step on these models is small, and with torch's default threads every step
+        waits for all of them; when another process keeps a core busy, the thread sharing that core is
+        descheduled and each step waits for it (measured: a 40 s MNIST round took 740 s with 2 threads
+        and one core busy, see benchmarks/results.md). One thread per process degrades in proportion to
+        the load instead; parallelism comes from processes (sweep workers, the app's queue).
+        """
+        if self.cfg.threads is not None:
+            return self.cfg.threads
+        return 1 if self.device.type == "cpu" else None
 
     def _run(self, tqdm, progress, callback, checkpoint) -> Run:
         cfg = self.cfg
@@ -361,7 +398,8 @@ class Simulation:
 
         # record
         if test is not None:
-            acc_c = test["correct"] / np.maximum(test["num"], 1)
+            with np.errstate(invalid="ignore"):  # a client without test samples has no accuracy (NaN)
+                acc_c = np.where(test["num"] > 0, test["correct"] / np.maximum(test["num"], 1), np.nan)
             rec.client_rows({
                 "round": np.full(n, t), "client": np.arange(n), "selected": sel_mask,
                 "test_acc": acc_c, "test_loss": test["loss_sum"] / np.maximum(test["num"], 1),
@@ -369,7 +407,7 @@ class Simulation:
                 "train_loss": train_loss, "init_loss": init_loss, "trained_loss": trained_loss, "seconds": seconds,
             })
             acc = float(test["correct"].sum() / max(test["num"].sum(), 1))
-            acc_std = float(np.std(acc_c))
+            acc_std = float(np.nanstd(acc_c)) if np.isfinite(acc_c).any() else float("nan")
             test_loss = float(test["loss_sum"].sum() / max(test["num"].sum(), 1))
         else:
             acc = acc_std = test_loss = float("nan")
@@ -393,12 +431,7 @@ class Simulation:
     def _diverged(self, t: int, bad: np.ndarray) -> None:
         self.round = t - 1
         run = self.to_run(status="diverged")
-        msg = (f"training diverged in round {t}: the loss of client(s) {bad.tolist()[:5]} became NaN or "
-               f"infinite. The learning rate lr={self.cfg.lr} is most likely too large for this model and "
-               f"batch size {self.cfg.batch_size}; try a smaller lr")
-        if self.cfg.uses_prox and self.cfg.mu * self.cfg.lr >= 1:
-            msg += f" (also mu*lr={self.cfg.mu * self.cfg.lr:g} >= 1 makes the proximal step unstable)"
-        run.message = msg
+        run.message = msg = divergence_message(self.cfg, t, bad.tolist())
         raise TrainingDiverged(msg, run)
 
     # -- output and checkpoints --------------------------------------------------------------------
@@ -406,11 +439,14 @@ class Simulation:
     def to_run(self, status: str = "complete") -> Run:
         clients, rounds, ala = self.recorder.frames()
         meta = {
-            "env": {**environment(self.device), "backend": self.backend.name},
+            "env": {**environment(self.device), "backend": self.backend.name,
+                    "torch_threads": torch.get_num_threads(),
+                    "threads_choice": "cfg.threads" if self.cfg.threads is not None else "auto"},
             "param_names": self.param_names,
             "param_shapes": {k: list(v.shape[1:]) for k, v in self.local_params.items()},
             "ala_params": list(self.ala.names) if hasattr(self, "ala") else [],
             "capped_clients": list(self.recorder.capped),
+            "untrained_clients": list(self.untrained),
             "seconds": self.seconds,
             "model_bytes": self.param_bytes(self.param_names),
             "train_sizes": self.train_sizes.tolist(),
@@ -459,6 +495,24 @@ class Simulation:
         except Exception:  # noqa: BLE001 - a torn or foreign file is ignored, never trusted
             return False
         return True
+
+
+def divergence_message(cfg: RunConfig, t: int, clients: list[int]) -> str:
+    """Why a run diverged, the most likely cause first.
+
+    FedProx's proximal step alone multiplies θ − G by (1 − lr·μ) per step: for lr·μ ≥ 2 that grows
+    without bound whatever the data, and from lr·μ ≥ 1 on it overshoots G every step, so there μ is the
+    most likely cause. Otherwise the step size is.
+    """
+    head = (f"training diverged in round {t}: the loss of client(s) {clients[:5]} became NaN or infinite. ")
+    lr_text = (f"the learning rate lr={cfg.lr:g} is most likely too large for this model and batch size "
+               f"{cfg.batch_size}; try a smaller lr")
+    if cfg.uses_prox and cfg.mu * cfg.lr >= 1:
+        return head + (f"FedProx's mu={cfg.mu:g} is most likely too large for lr={cfg.lr:g}: each step scales "
+                       f"θ − G by 1 − lr·mu = {1 - cfg.lr * cfg.mu:.3g}, which must stay within (−1, 1), so "
+                       f"try mu < {1 / cfg.lr:g} (1/lr; the FedProx paper's grid is 0.001 to 1). Otherwise "
+                       + lr_text)
+    return head + lr_text[0].upper() + lr_text[1:]
 
 
 def simulate(cfg: RunConfig, data: FederatedData | None = None, *, progress: bool = True,

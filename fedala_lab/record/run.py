@@ -82,6 +82,11 @@ class Run:
         """Clients whose ALA start phase hit ``max_start_epochs`` without converging."""
         return list(self.meta.get("capped_clients", []))
 
+    @property
+    def untrained_clients(self) -> list[int]:
+        """Clients holding less than one batch of train data: with ``drop_last`` they never train locally."""
+        return list(self.meta.get("untrained_clients", []))
+
     def summary(self) -> dict:
         """Best and final pooled accuracy (percent), rounds, simulation seconds, bytes each way."""
         acc = self.acc
@@ -95,6 +100,7 @@ class Run:
             "bytes_up": int(self.rounds["bytes_up"].sum()),
             "bytes_down": int(self.rounds["bytes_down"].sum()),
             "capped_clients": self.capped_clients,
+            "untrained_clients": self.untrained_clients,
             "status": self.status,
         }
 
@@ -134,7 +140,8 @@ class Run:
     # -- persistence -------------------------------------------------------------------------------
 
     def save(self, directory: str | Path) -> Path:
-        """Write the run into ``directory`` (which must exist and be empty); ``manifest.json`` goes last."""
+        """Write the run into ``directory`` (which must exist and be empty); ``manifest.json`` goes last and
+        records every file's size and SHA-256, so a damaged folder is never read as a finished run."""
         d = Path(directory)
         (d / "config.json").write_text(json.dumps(self.config.to_dict(), indent=2, sort_keys=True))
         self.clients.to_csv(d / "clients.csv", index=False)
@@ -145,39 +152,48 @@ class Run:
         tables = sorted(self.tables)
         for name in tables:
             self.tables[name].to_csv(d / f"table_{name}.csv", index=False)
+        names = ["config.json", "clients.csv", "rounds.csv", "ala.csv", "arrays.npz", "meta.json",
+                 *(f"table_{name}.csv" for name in tables)]
         manifest = {
             "format": FORMAT_VERSION, "key": self.config.key(), "status": self.status,
             "message": self.message, "summary": self.summary(),
-            "files": ["config.json", "clients.csv", "rounds.csv", "ala.csv", "arrays.npz", "meta.json",
-                      *(f"table_{name}.csv" for name in tables)],
+            "files": {n: {"bytes": (d / n).stat().st_size, "sha256": _sha256(d / n)} for n in names},
             "tables": tables,
         }
-        (d / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
+        (d / "manifest.json").write_text(json.dumps(json_safe(manifest), indent=2, default=str))
         return d
 
     @classmethod
-    def load(cls, directory: str | Path) -> Run:
-        """Load a finished run folder. A folder without ``manifest.json`` is not a finished run."""
+    def load(cls, directory: str | Path, *, verify: bool = True) -> Run:
+        """Load a finished run folder. A folder without ``manifest.json`` is not a finished run; with
+        ``verify`` (the default) every file the manifest lists must be there with its recorded size and
+        SHA-256, else :class:`~fedala_lab.errors.DataError` says which file is damaged."""
         from ..errors import DataError
 
         d = Path(directory)
-        man = d / "manifest.json"
-        if not man.is_file():
-            raise DataError(f"{d} is not a finished run (no manifest.json): it may still be running or "
-                            "was interrupted; resume it with get_or_run(config)")
-        manifest = json.loads(man.read_text())
-        cfg = RunConfig.from_dict(json.loads((d / "config.json").read_text()))
+        manifest = read_manifest(d)
+        if verify:
+            problem = check_files(d, manifest, hashes=True)
+            if problem:
+                raise DataError(f"run folder {d} is damaged: {problem}")
+        try:
+            cfg = RunConfig.from_dict(json.loads((d / "config.json").read_text()))
 
-        def csv(name):
-            return pd.read_csv(d / name, **_ROUND_TRIP)
+            def csv(name):
+                return pd.read_csv(d / name, **_ROUND_TRIP)
 
-        with np.load(d / "arrays.npz", allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-        tables = {name: csv(f"table_{name}.csv") for name in manifest.get("tables", [])}
-        return cls(config=cfg, clients=csv("clients.csv"), rounds=csv("rounds.csv"), ala=csv("ala.csv"),
-                   arrays=arrays, meta=json.loads((d / "meta.json").read_text()),
-                   status=manifest.get("status", "complete"), message=manifest.get("message", ""), path=d,
-                   tables=tables)
+            with np.load(d / "arrays.npz", allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+            tables = {name: csv(f"table_{name}.csv") for name in manifest.get("tables", [])}
+            run = cls(config=cfg, clients=csv("clients.csv"), rounds=csv("rounds.csv"), ala=csv("ala.csv"),
+                      arrays=arrays, meta=json.loads((d / "meta.json").read_text()),
+                      status=manifest.get("status", "complete"), message=manifest.get("message", ""), path=d,
+                      tables=tables)
+        except DataError:
+            raise
+        except Exception as err:  # noqa: BLE001 - a torn file of any kind: say which folder, never a traceback
+            raise DataError(f"run folder {d} is damaged: {type(err).__name__}: {err}") from None
+        return run
 
     def __repr__(self) -> str:
         s = self.summary()
@@ -188,3 +204,59 @@ class Run:
 def load_run(path: str | Path) -> Run:
     """Load a run folder written by the store (or ``Run.save``)."""
     return Run.load(path)
+
+
+def read_manifest(d: Path) -> dict:
+    """The folder's ``manifest.json`` (what marks it finished); DataError if absent or unreadable."""
+    from ..errors import DataError
+
+    man = d / "manifest.json"
+    if not man.is_file():
+        raise DataError(f"{d} is not a finished run (no manifest.json): it may still be running or "
+                        "was interrupted; resume it with get_or_run(config)")
+    try:
+        manifest = json.loads(man.read_text())
+    except (OSError, ValueError) as err:
+        raise DataError(f"run folder {d} is damaged: manifest.json cannot be read ({err})") from None
+    if not isinstance(manifest, dict):
+        raise DataError(f"run folder {d} is damaged: manifest.json holds no manifest")
+    return manifest
+
+
+def check_files(d: Path, manifest: dict, *, hashes: bool) -> str:
+    """"" if every file the manifest lists is present with its recorded size (and, with ``hashes``, its
+    SHA-256), else what is wrong with the first that is not. Manifests of older versions list names only."""
+    files = manifest.get("files", [])
+    entries = files.items() if isinstance(files, dict) else ((n, {}) for n in files)
+    for name, rec in entries:
+        f = d / name
+        if not f.is_file():
+            return f"{name} is missing"
+        if "bytes" in rec and f.stat().st_size != rec["bytes"]:
+            return f"{name} has {f.stat().st_size} bytes, the manifest says {rec['bytes']}"
+        if hashes and "sha256" in rec and _sha256(f) != rec["sha256"]:
+            return f"{name} does not match its recorded SHA-256 (changed or corrupt)"
+    return ""
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def json_safe(obj):
+    """``obj`` with NaN and infinities replaced by None, so ``json.dumps`` writes valid JSON (null)."""
+    import math
+
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj

@@ -7,10 +7,14 @@
       .locks/<name>.lock                              one writer per config at a time
 
 A run is written into a temporary folder and renamed into place, so a half-written folder is never taken
-for a finished one; ``manifest.json`` (written last) is what marks a folder finished. Two processes
-asking for the same config serialise on a lock file: the second waits and then loads the first one's run.
-A killed run leaves its last checkpoint; asking for the same config again resumes from it, giving the
-same result as an uninterrupted run.
+for a finished one; ``manifest.json`` (written last) is what marks a folder finished, and it records
+every file's size and SHA-256. Only a folder whose manifest says "complete" and whose files all match
+is a finished run: a diverged run is kept (status "diverged") but never served as a result, and a
+damaged folder (a file missing, truncated or changed) is reported and replaced by the next computation.
+Temporary folders left by writers that died are swept on the next write. Two processes asking for the
+same config serialise on a lock file: the second waits and then loads the first one's run. A killed
+run leaves its last checkpoint; asking for the same config again resumes from it, giving the same
+result as an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -19,15 +23,23 @@ import contextlib
 import json
 import os
 import shutil
+import socket
+import time
 import uuid
+import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from ..config import RunConfig
 from ..errors import DataError, TrainingDiverged
-from .run import Run
+from .run import Run, check_files, read_manifest
+
+# A temporary folder or file of a writer on another machine (a shared store) is swept only this old.
+STALE_SECONDS = 24 * 3600
+_HOST = "".join(c if c.isalnum() else "_" for c in socket.gethostname())[:40] or "host"
 
 
 def default_root() -> Path:
@@ -35,9 +47,23 @@ def default_root() -> Path:
     return Path(os.environ.get("FEDALA_LAB_RUNS", "runs"))
 
 
+@dataclass
+class Stored:
+    """What the store holds for a config: ``state`` is "absent", "complete", "diverged", "partial" or
+    "damaged" (``reason`` says why); ``message`` is a diverged run's divergence message."""
+
+    state: str
+    path: Path
+    reason: str = ""
+    message: str = ""
+
+
 class RunStore:
     def __init__(self, root: str | Path | None = None):
         self.root = Path(root) if root is not None else default_root()
+        if self.root.exists() and not self.root.is_dir():
+            raise DataError(f"run store {self.root} is a file, not a folder: give a folder (it is created "
+                            "if missing)")
 
     # -- names -------------------------------------------------------------------------------------
 
@@ -52,20 +78,43 @@ class RunStore:
 
     # -- reading -----------------------------------------------------------------------------------
 
-    def has(self, cfg: RunConfig) -> bool:
-        """Whether the store holds the finished run of this config (reads its config, not its arrays)."""
+    def status(self, cfg: RunConfig) -> Stored:
+        """What the store holds for ``cfg``, checked without reading the big files: the manifest, the
+        stored config's key and every listed file's size (hashes are checked when a run is loaded)."""
         d = self.dir_for(cfg)
         if not (d / "manifest.json").is_file():
-            return False
+            return Stored("absent", d)
         try:
+            manifest = read_manifest(d)
             stored = RunConfig.from_dict(json.loads((d / "config.json").read_text()))
-        except (OSError, ValueError):
-            return False
-        return stored.key() == cfg.key()
+        except (OSError, ValueError) as err:  # DataError and ConfigError are ValueErrors
+            return Stored("damaged", d, f"{type(err).__name__}: {err}")
+        if stored.key() != cfg.key():
+            return Stored("damaged", d, "config.json holds another configuration")
+        problem = check_files(d, manifest, hashes=False)
+        if problem:
+            return Stored("damaged", d, problem)
+        state = manifest.get("status", "complete")
+        return Stored(state if state in ("complete", "diverged", "partial") else "damaged", d,
+                      message=str(manifest.get("message", "")))
 
-    def find(self, cfg: RunConfig) -> Run | None:
-        """The finished run of this config, or None."""
-        return Run.load(self.dir_for(cfg)) if self.has(cfg) else None
+    def has(self, cfg: RunConfig) -> bool:
+        """Whether the store holds the finished, intact run of this config (diverged runs do not count)."""
+        return self.status(cfg).state == "complete"
+
+    def find(self, cfg: RunConfig, *, diverged: bool = False) -> Run | None:
+        """The finished run of this config, or None (also for a damaged one, with a warning: the next
+        :meth:`get_or_run` replaces it). A diverged run is returned only when ``diverged`` is true."""
+        st = self.status(cfg)
+        if st.state == "damaged":
+            warnings.warn(f"run folder {st.path} is damaged ({st.reason}); it will be recomputed", stacklevel=2)
+        if st.state != "complete" and not (diverged and st.state == "diverged"):
+            return None
+        try:
+            return Run.load(st.path)
+        except DataError as err:
+            warnings.warn(f"{err}; it will be recomputed", stacklevel=2)
+            return None
 
     def load(self, name: str) -> Run:
         """Load a run by folder name. Only folders directly inside the store can be reached."""
@@ -74,7 +123,8 @@ class RunStore:
         return Run.load(self.root / name)
 
     def list(self) -> pd.DataFrame:
-        """One row per finished run: name, algo, dataset, rounds, seed, best/final accuracy (%), status."""
+        """One row per stored run (finished or diverged): name, algo, dataset, rounds, seed, best/final
+        accuracy (%), status."""
         rows = []
         if self.root.is_dir():
             for d in sorted(self.root.iterdir()):
@@ -84,7 +134,7 @@ class RunStore:
                 try:
                     m = json.loads(man.read_text())
                     cfg = json.loads((d / "config.json").read_text())
-                except (OSError, json.JSONDecodeError):
+                except (OSError, ValueError):
                     continue
                 s = m.get("summary", {})
                 rows.append({
@@ -102,33 +152,56 @@ class RunStore:
 
     def save(self, run: Run, *, replace: bool = False) -> Path:
         """Write ``run`` atomically (temporary folder, then rename). An existing finished run wins, unless
-        ``replace`` (then it is removed first)."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        ``replace`` (then it is removed first); a damaged or unfinished folder is always replaced."""
         final = self.dir_for(run.config)
-        tmp = self.root / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
-        tmp.mkdir()
-        try:
-            run.save(tmp)
-            if replace:
-                shutil.rmtree(final, ignore_errors=True)
+        with _writing(self.root):
+            self.root.mkdir(parents=True, exist_ok=True)
+            self.sweep()
+            tmp = self.root / f".tmp-{final.name}.{_HOST}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+            tmp.mkdir()
             try:
-                os.rename(tmp, final)
-            except OSError:
-                if not (final / "manifest.json").is_file():
-                    # a stale, unfinished folder (e.g. from an older version) — replace it
+                run.save(tmp)
+                if replace or (final.exists() and self.status(run.config).state != "complete"):
                     shutil.rmtree(final, ignore_errors=True)
+                try:
                     os.rename(tmp, final)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+                except OSError:
+                    if self.status(run.config).state == "complete":
+                        pass  # another writer finished the same run first: theirs stands
+                    else:
+                        shutil.rmtree(final, ignore_errors=True)
+                        os.rename(tmp, final)
+            finally:
+                if tmp.exists():
+                    shutil.rmtree(tmp, ignore_errors=True)
         run.path = final
         return final
+
+    def sweep(self) -> list[Path]:
+        """Remove temporary folders and checkpoint files of writers that died (or, on another machine,
+        that are over a day old). Returns what was removed."""
+        removed = []
+        candidates = [d for d in self.root.glob(".tmp-*")] if self.root.is_dir() else []
+        ckpts = self.root / ".checkpoints"
+        if ckpts.is_dir():
+            candidates += [f for f in ckpts.glob(".*.tmp")]
+        for path in candidates:
+            if _is_stale(path):
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+                removed.append(path)
+        return removed
 
     @contextlib.contextmanager
     def _lock(self, cfg: RunConfig):
         locks = self.root / ".locks"
-        locks.mkdir(parents=True, exist_ok=True)
-        with open(locks / f"{self.name_for(cfg)}.lock", "w") as fh:
+        with _writing(self.root):
+            locks.mkdir(parents=True, exist_ok=True)
+            fh = open(locks / f"{self.name_for(cfg)}.lock", "w")  # noqa: SIM115 - held for the block
+        with fh:
             try:
                 import fcntl
 
@@ -145,36 +218,100 @@ class RunStore:
         the caller needs: what is recorded (tracked clients, snapshots) is not part of a config's key, so
         the store may hold the same run recorded without it; such a run is recomputed (the same result)
         with ``cfg``'s recording settings and replaces the stored one.
-        A run that diverged is saved too (status "diverged") and the :class:`TrainingDiverged` re-raised.
+
+        A run that diverged is saved too (status "diverged") and :class:`TrainingDiverged` raised; asking
+        again raises it again from the store (the same config diverges the same way) unless ``force``.
+        A damaged folder is reported and replaced. The config (and the data it names) is checked before
+        anything is written: a bad value leaves the store untouched.
         """
-        from ..engine.simulate import simulate
+        from ..engine.simulate import Simulation
 
         def usable(hit):
             return hit is not None and (needs is None or needs(hit))
 
-        hit = None if force else self.find(cfg)
-        if usable(hit):
-            return hit
+        def stored_outcome():
+            st = self.status(cfg)
+            if st.state == "diverged":
+                raise TrainingDiverged(st.message or f"the stored run {st.path.name} diverged", _quiet_load(st.path))
+            if st.state == "damaged":
+                warnings.warn(f"run folder {st.path} is damaged ({st.reason}); recomputing it", stacklevel=3)
+            return self.find(cfg) if st.state == "complete" else None, st
+
+        if not force:
+            hit, _ = stored_outcome()
+            if usable(hit):
+                return hit
+        sim = Simulation(cfg, data)  # every check of the config against its data, before any write
         with self._lock(cfg):
+            st = None
             if not force:
-                hit = self.find(cfg)  # another process may have finished it while we waited
+                hit, st = stored_outcome()  # another process may have finished it while we waited
                 if usable(hit):
                     return hit
-            replace = force or hit is not None
+            replace = force or (st is not None and st.state != "absent")
             ckpt = self.checkpoint_for(cfg)
+            if resume and not replace:
+                sim.load_checkpoint(ckpt)
             try:
-                run = simulate(cfg, data, progress=progress, callback=callback, checkpoint=ckpt,
-                               resume=resume and not replace)
+                run = sim.run(progress=progress, callback=callback, checkpoint=ckpt)
             except TrainingDiverged as err:
                 if err.run is not None:
-                    self.save(err.run, replace=replace)
+                    self.save(err.run, replace=True)
                 with contextlib.suppress(FileNotFoundError):
                     ckpt.unlink()
                 raise
-            self.save(run, replace=replace)
+            self.save(run, replace=True)
             with contextlib.suppress(FileNotFoundError):
                 ckpt.unlink()
             return run
+
+
+def _quiet_load(path: Path) -> Run | None:
+    """A stored (diverged) run for the error it comes with, or None if it cannot be read."""
+    try:
+        return Run.load(path)
+    except DataError:
+        return None
+
+
+def _is_stale(path: Path) -> bool:
+    """A temporary folder/file of a dead writer: ``….{host}.{pid}.{hex}`` of this host whose process is
+    gone, or anything older than :data:`STALE_SECONDS`."""
+    try:
+        age = time.time() - path.stat().st_mtime
+    except OSError:
+        return False
+    if age > STALE_SECONDS:
+        return True
+    parts = path.name.rsplit(".", 3)
+    if path.is_dir() and len(parts) == 4 and parts[1] == _HOST and parts[2].isdigit():
+        return not _alive(int(parts[2]))
+    if not path.is_dir() and path.name.endswith(".tmp"):  # checkpoints: .{name}.{pid}.tmp (this host)
+        pid = path.name[:-4].rsplit(".", 1)[-1]
+        return pid.isdigit() and not _alive(int(pid))
+    return False
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # someone else's process, or a platform without signals: leave it be
+    return True
+
+
+@contextlib.contextmanager
+def _writing(root: Path):
+    """Turn an OS refusal to write the store (permissions, a full disk) into one clear DataError."""
+    try:
+        yield
+    except OSError as err:
+        raise DataError(f"cannot write the run store {root}: {err.strerror or err}"
+                        + (f" ({err.filename})" if err.filename else "")) from None
 
 
 def get_or_run(cfg: RunConfig, store: RunStore | str | Path | None = None, **kwargs) -> Run:

@@ -38,6 +38,7 @@ from ..config import RunConfig
 from ..errors import ConfigError, FedalaError, RunCancelled
 from ..presets import preset
 from ..record.store import RunStore
+from .widgets import Number, Slider, html_text
 
 log = logging.getLogger(__name__)
 # Gradio recognises a handler's progress parameter by this default and hands each call its own tracker.
@@ -100,11 +101,6 @@ def make_config(algo: str = "fedala", preset_name: str = "teach", **settings) ->
     return preset(preset_name, algo=algo, **changes)
 
 
-def _text(message: str) -> str:
-    """The error modal renders HTML: keep "<directory>" or "1 <= p" visible (">" alone is harmless)."""
-    return message.replace("&", "&amp;").replace("<", "&lt;")
-
-
 def _friendly(fn):
     """Turn library errors into a visible ``gr.Error`` with the library's message (never a traceback)."""
 
@@ -115,11 +111,11 @@ def _friendly(fn):
         except gr.Error:
             raise
         except FedalaError as err:
-            raise gr.Error(_text(str(err)), print_exception=False) from err
+            raise gr.Error(html_text(str(err)), print_exception=False) from err
         except Exception as err:  # a bug: keep the server's log complete, the page readable and usable
             log.exception("handler %s failed", fn.__name__)
             raise gr.Error(
-                _text(
+                html_text(
                     f"internal error ({type(err).__name__}: {err}); the app is still usable, "
                     "details are in the server log"
                 ),
@@ -589,9 +585,10 @@ def _plot(label: str, elem_id: str, **kw):
     return gr.Plot(label=label, elem_id=elem_id, show_label=False, **kw)
 
 
-def _whole_slider(lo, hi, value, label: str, elem_id: str, step: int = 1, **kw):
-    """A slider of whole numbers (clients, rounds, sizes)."""
-    return gr.Slider(lo, hi, value=value, step=step, precision=0, label=label, elem_id=elem_id, **kw)
+def _whole_slider(lo, hi, value, label: str, elem_id: str, step: int = 1, *, field: str, **kw):
+    """A slider of whole numbers (clients, rounds, sizes): other values are refused, never rounded."""
+    return Slider(lo, hi, value=value, step=step, precision=0, label=label, elem_id=elem_id, field=field,
+                  whole=True, **kw)
 
 
 def _run_stop(run_id: str, stop_id: str):
@@ -623,10 +620,11 @@ def build_app(store=None, concurrency: int = 1) -> gr.Blocks:
             partition = gr.Radio(
                 PARTITION_CHOICES, value=d["partition"], label="partition", elem_id="partition", scale=3
             )
-            num_clients = _whole_slider(2, 100, d["num_clients"], "clients N", "clients", scale=3)
-            beta = gr.Number(d["beta"], label="Dirichlet β (small = skewed)", elem_id="beta", scale=2)
+            num_clients = _whole_slider(2, 100, d["num_clients"], "clients N", "clients", field="num_clients", scale=3)
+            beta = Number(d["beta"], label="Dirichlet β (small = skewed)", elem_id="beta", field="beta", scale=2)
             classes_per_client = _whole_slider(
-                1, 10, d["classes_per_client"], "labels per client (pathological)", "classes", scale=2
+                1, 10, d["classes_per_client"], "labels per client (pathological)", "classes", field="classes_per_client",
+                scale=2
             )
 
         with gr.Tabs():
@@ -654,23 +652,24 @@ def build_app(store=None, concurrency: int = 1) -> gr.Blocks:
                         MODEL_CHOICES, value=d["model"], label="model", elem_id="model", scale=1
                     )
                 with gr.Row():
-                    rounds = _whole_slider(1, 300, d["rounds"], "rounds T", "rounds")
-                    join_ratio = gr.Slider(
+                    rounds = _whole_slider(1, 300, d["rounds"], "rounds T", "rounds", field="rounds")
+                    join_ratio = Slider(
                         0.05,
                         1.0,
                         value=d["join_ratio"],
                         step=0.05,
                         label="join ratio ρ (clients per round)",
                         elem_id="join-ratio",
+                        field="join_ratio",
                     )
-                    batch_size = _whole_slider(1, 64, d["batch_size"], "batch size", "batch-size")
-                    seed = gr.Number(d["seed"], precision=0, label="seed", elem_id="seed")
+                    batch_size = _whole_slider(1, 64, d["batch_size"], "batch size", "batch-size", field="batch_size")
+                    seed = Number(d["seed"], precision=0, minimum=0, label="seed", elem_id="seed", field="seed", whole=True)
                 with gr.Row():
-                    lr = gr.Number(d["lr"], label="learning rate", elem_id="lr")
-                    mu = gr.Number(d["mu"], label="FedProx μ", elem_id="mu")
-                    eta = gr.Number(d["eta"], label="ALA η (weight learning rate)", elem_id="eta")
-                    s = gr.Slider(1, 100, value=d["s"], step=1, label="ALA s (% of local data)", elem_id="s")
-                    p = _whole_slider(1, 4, d["p"], "ALA p (top blocks)", "p")
+                    lr = Number(d["lr"], label="learning rate", elem_id="lr", field="lr")
+                    mu = Number(d["mu"], label="FedProx μ", elem_id="mu", field="mu")
+                    eta = Number(d["eta"], label="ALA η (weight learning rate)", elem_id="eta", field="eta")
+                    s = Slider(1, 100, value=d["s"], step=1, label="ALA s (% of local data)", elem_id="s", field="s")
+                    p = _whole_slider(1, 4, d["p"], "ALA p (top blocks)", "p", field="p")
                 train_btn, train_stop = _run_stop("train-run", "train-stop")
                 train_status = gr.Markdown(elem_id="train-status")
                 with gr.Row():
@@ -685,9 +684,9 @@ def build_app(store=None, concurrency: int = 1) -> gr.Blocks:
                     "current settings."
                 )
                 with gr.Row():
-                    ala_client = _whole_slider(0, d["num_clients"] - 1, 0, "client", "ala-client")
+                    ala_client = _whole_slider(0, d["num_clients"] - 1, 0, "client", "ala-client", field="client")
                     ala_round = _whole_slider(
-                        2, d["rounds"], d["rounds"], "round (ALA starts in round 2)", "ala-round"
+                        2, d["rounds"], d["rounds"], "round (ALA starts in round 2)", "ala-round", field="round"
                     )
                 ala_btn, ala_stop = _run_stop("ala-run", "ala-stop")
                 ala_status = gr.Markdown(elem_id="ala-status")
@@ -706,13 +705,14 @@ def build_app(store=None, concurrency: int = 1) -> gr.Blocks:
                     "circles: start of a round, green squares: its end."
                 )
                 with gr.Row():
-                    traj_client = _whole_slider(0, d["num_clients"] - 1, 4, "client", "traj-client")
+                    traj_client = _whole_slider(0, d["num_clients"] - 1, 4, "client", "traj-client", field="client")
                     traj_K = _whole_slider(
-                        0, d["rounds"] - 1, d["rounds"] - 10, "ALA activation round K (ALA on after it)", "traj-k"
+                        0, d["rounds"] - 1, d["rounds"] - 10, "ALA activation round K (ALA on after it)", "traj-k",
+                        field="K"
                     )
-                    traj_before = _whole_slider(0, 20, 2, "rounds shown before K", "traj-before")
+                    traj_before = _whole_slider(0, 20, 2, "rounds shown before K", "traj-before", field="rounds before K")
                     traj_grid = _whole_slider(
-                        5, 41, 21, "surface grid (points per axis)", "traj-grid", step=2
+                        5, 41, 21, "surface grid (points per axis)", "traj-grid", step=2, field="grid"
                     )
                 traj_btn, traj_stop = _run_stop("traj-run", "traj-stop")
                 traj_status = gr.Markdown(elem_id="traj-status")
@@ -748,8 +748,8 @@ def build_app(store=None, concurrency: int = 1) -> gr.Blocks:
                     "same local steps (a round is τ0 steps here; data reshuffled each round)."
                 )
                 with gr.Row():
-                    tau0 = _whole_slider(1, 50, 10, "τ0 (local steps per round)", "tau0")
-                    phi = _whole_slider(1, 8, 2, "φ (long interval = φ·τ0)", "phi")
+                    tau0 = _whole_slider(1, 50, 10, "τ0 (local steps per round)", "tau0", field="tau0")
+                    phi = _whole_slider(1, 8, 2, "φ (long interval = φ·τ0)", "phi", field="phi")
                     lama_ala = gr.Checkbox(False, label="also FedALA and FedLAMA+ALA", elem_id="lama-ala")
                 lama_btn, lama_stop = _run_stop("lama-run", "lama-stop")
                 lama_status = gr.Markdown(elem_id="lama-status")
