@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from conftest import small_cfg
 
 from fedala_lab.algorithms.ala import blend, make_ala_step
-from fedala_lab.engine.rng import ALA_WINDOW, generator
+from fedala_lab.compute.rng import ALA_WINDOW, generator
 from fedala_lab.engine.simulate import Simulation
 from fedala_lab.models import BlockNet
 

@@ -249,8 +249,8 @@ def test_forced_small_chunk_equals_unchunked(model):
 
 
 def _bn_setup(num_clients=6, steps=3, batch=5, seed=0):
-    from fedala_lab.engine.backends import BatchPlan
-    from fedala_lab.engine.steps import make_sgd_step
+    from fedala_lab.compute.backends import BatchPlan
+    from fedala_lab.compute.steps import make_sgd_step
 
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
@@ -270,7 +270,7 @@ def _bn_setup(num_clients=6, steps=3, batch=5, seed=0):
 
 
 def test_out_of_memory_halves_the_chunk_and_retries(monkeypatch):
-    from fedala_lab.engine import backends
+    from fedala_lab.compute import backends
 
     model, step, carry, plan, x, y = _bn_setup()
     ref, ref_aux = backends.VectorisedBackend().run(step, carry, {}, plan, x, y, train=True, model=model)

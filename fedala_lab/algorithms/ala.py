@@ -42,8 +42,8 @@ import numpy as np
 import torch
 from torch.func import functional_call, grad_and_value
 
-from ..engine.rng import ALA_WINDOW, generator
-from ..engine.steps import weighted_ce
+from ..compute.rng import ALA_WINDOW, generator
+from ..compute.steps import weighted_ce
 from ..models import top_block_start
 from .fedavg import receive_global
 

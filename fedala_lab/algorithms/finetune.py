@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..engine.rng import FINETUNE
+from ..compute.rng import FINETUNE
 
 
 def finetuned_models(sim, t: int):

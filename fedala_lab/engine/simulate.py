@@ -13,9 +13,9 @@ Per round t (SPEC §2, the loop the FedALA paper evaluates):
 5. the server aggregates the selected clients' models (``algo.aggregate``).
 
 All clients' parameters live stacked on a leading client dimension (``local_params[name]`` is
-(N, *shape)); the backend (loop or vectorised) runs per-client steps over them. Every random draw comes
-from a generator derived from (seed, round, client, purpose), so a run is deterministic on CPU and a
-resumed run equals an uninterrupted one.
+(N, *shape)); the backend (loop or vectorised, compute/backends.py) runs per-client steps over them.
+Every random draw comes from a generator derived from (seed, round, client, purpose), so a run is
+deterministic on CPU and a resumed run equals an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -32,15 +32,15 @@ import numpy as np
 import torch
 
 from ..algorithms.base import build_algorithm
+from ..compute import rng
+from ..compute.backends import BatchPlan, make_backend
+from ..compute.steps import make_eval_step, make_sgd_step
 from ..config import RunConfig
 from ..data.federated import FederatedData
 from ..errors import ConfigError, RunCancelled, TrainingDiverged
 from ..models import build_model, num_blocks, num_parameters
 from ..record.run import Run
-from . import rng
-from .backends import BatchPlan, make_backend
 from .recorder import Recorder
-from .steps import make_eval_step, make_sgd_step
 
 SMALL_MODEL = 200_000  # parameters from which the loop backend beats the vectorised one on a CPU
 EVAL_CHUNK = 256  # rows per client per evaluation step (memory, not results, depends on it)
@@ -236,10 +236,8 @@ class Simulation:
         plan = self.eval_plan(split)
         carry = {"params": params, "buffers": buffers}
         if clients is not None:
-            carry = {"params": {k: v[clients] for k, v in params.items()},
-                     "buffers": {k: v[clients] for k, v in buffers.items()}}
-            idx = clients.cpu().numpy()
-            plan = BatchPlan(plan.rows.index_select(0, clients.to(plan.rows.device)), plan.sizes[idx])
+            carry = self.gather(clients, params, buffers)
+            plan = plan.take(clients.cpu().numpy())
         _, aux = self.run_steps(self.eval_step, carry, {}, plan, x, y, train=False, aux_size=2)
         return {"loss_sum": np.nansum(aux[..., 0], 1), "correct": np.nansum(aux[..., 1], 1),
                 "num": plan.sizes.sum(1)}

@@ -7,17 +7,18 @@ A *step* is a pure per-client function ``step(carry, shared, x, y, w) -> (new_ca
 - ``x``, ``y``: one batch of this client's rows; ``w``: 0/1 sample weights (1 for real rows), so a loss
   is ``Σ w·ℓ / Σ w``; ``aux``: a 1-D tensor of per-step numbers (a loss…).
 
-The algorithms write steps once; a backend decides how to run them:
+The engine and the algorithms write steps once; a backend decides how to run them:
 
 - :class:`LoopBackend` runs a client at a time, batch after batch — the readable reference that mirrors
   Algorithm 1 of the paper.
 - :class:`VectorisedBackend` stacks all clients' carries on a leading dimension and runs
   ``torch.func.vmap(step)`` over the clients that still have a batch at each step. Clients are ordered by
   their number of batches (longest first) so those are a contiguous prefix: slices, never copies
-  (PERFORMANCE.md: padding everyone to the largest client doubles the work). A shorter batch (a client's
-  partial last batch) is padded and masked by ``w`` — exact, since the loss is a weighted mean — except
-  when training a model with batch norm, whose batch statistics padded rows would change: then clients
-  whose batch has another size run in their own slice with their real batch size.
+  (docs/design.md#performance: padding everyone to the largest client doubles the work). A shorter
+  batch (a client's partial last batch) is padded and masked by ``w`` — exact, since the loss is a
+  weighted mean — except when training a model with batch norm, whose batch statistics padded rows
+  would change: then clients whose batch has another size run in their own slice with their real
+  batch size.
 
 Both return the carries in the caller's client order and the ``aux`` values as an (A, K, m) array
 (NaN where a client had no batch at step k). They agree to float rounding (tested to 1e-5).
@@ -72,6 +73,12 @@ class BatchPlan:
                 rows[i, j, :len(r)] = r
                 sizes[i, j] = len(r)
         return cls(torch.as_tensor(rows, device=device), sizes)
+
+    def take(self, clients) -> BatchPlan:
+        """The plan of some of its clients (positions in this plan), in that order."""
+        idx = np.asarray(clients, dtype=np.int64)
+        rows = self.rows.index_select(0, torch.as_tensor(idx, device=self.rows.device))
+        return BatchPlan(rows, self.sizes[idx])
 
     @property
     def num_clients(self) -> int:
@@ -262,7 +269,8 @@ def make_backend(name: str, chunk_clients: int | None = None):
         if chunk_clients is not None:  # it would be ignored: say so rather than run something else
             from ..errors import ConfigError
 
-            raise ConfigError("chunk_clients", chunk_clients, "unset (None): the loop backend trains one client at a time",
+            raise ConfigError("chunk_clients", chunk_clients,
+                              "unset (None): the loop backend trains one client at a time",
                               "set backend='vectorised'; backend='auto' picks loop for large models on a CPU")
         return LoopBackend()
     return VectorisedBackend(chunk_clients)

@@ -1,4 +1,4 @@
-"""Per-client step functions shared by every algorithm (see backends.py for how they are run).
+"""Per-client step functions: local SGD, evaluation and their loss (backends.py runs them over clients).
 
 Written with ``torch.func`` so one definition serves both backends: called as is by the loop backend and
 under ``vmap`` by the vectorised one. Parameters are plain tensors passed to ``functional_call``; the
