@@ -1,4 +1,4 @@
-"""ALA ≡ a direct transcription of Eq. 4–5 and of the reference procedure (SPEC §1)."""
+"""ALA ≡ a direct transcription of Eq. 4–5 and of the reference procedure (docs/design.md#ala)."""
 
 import copy
 
@@ -132,7 +132,7 @@ def test_engine_ala_equals_reference_transcription(ragged, p, layer_idx):
             for c in range(5):
                 _, w, losses = expected[c]
                 for j, name in enumerate(names[-layer_idx:]):
-                    torch.testing.assert_close(sim.algo_state[f"ala.w.{name}"][c], w[j], atol=1e-5, rtol=0)
+                    torch.testing.assert_close(sim.state.weights[name][c], w[j], atol=1e-5, rtol=0)
                 rows = sim.recorder.ala
                 got = [l for r, cl, l in zip(rows["round"], rows["client"], rows["loss"]) if r == t and cl == c]
                 np.testing.assert_allclose(got, losses, atol=1e-5)
@@ -151,7 +151,7 @@ def test_initialised_model_is_the_blend(ragged):
     local = {n: v.clone() for n, v in sim.local_params.items()}
     sim.run_round(2)
     start = sim.recorder.snaps["start/1"]
-    w = {n: sim.algo_state[f"ala.w.{n}"][1] for n in ("fc.weight", "fc.bias")}
+    w = {n: sim.state.weights[n][1] for n in ("fc.weight", "fc.bias")}
     expect = []
     for n in sim.param_names:
         expect.append((blend(local[n][1], glob[n], w[n]) if n in w else glob[n]).reshape(-1))
@@ -164,7 +164,7 @@ def test_weights_held_at_one_give_fedavg(ragged):
     a = Simulation(base.replace(algo="fedavg"), ragged).run(progress=False)
     sim = Simulation(base.replace(algo="fedala", eta=1e-30), ragged)
     b = sim.run(progress=False)
-    assert all(bool((w == 1).all()) for k, w in sim.algo_state.items() if k.startswith("ala.w."))
+    assert all(bool((w == 1).all()) for w in sim.state.weights.values())
     for c in ["test_loss", "init_loss", "trained_loss"]:
         np.testing.assert_allclose(a.clients[c], b.clients[c], atol=1e-5, err_msg=c)
 
@@ -191,3 +191,108 @@ def test_ala_after_keeps_fedavg_initialisation_until_round_k(ragged):
     np.testing.assert_allclose(run.clients.loc[run.clients["round"] <= 2, "test_loss"],
                                fedavg.clients.loc[fedavg.clients["round"] <= 2, "test_loss"], atol=1e-6)
     assert not np.allclose(run.clients.loc[first, "test_loss"], fedavg.clients.loc[first, "test_loss"])
+
+
+# -- the drop-in: ALA on any PyTorch model, in anyone's training loop -------------------------------
+
+
+class _Chain(torch.nn.Module):
+    """Not an nn.Sequential: a module that runs its children in its own forward."""
+
+    def __init__(self, blocks):
+        super().__init__()
+        for name, block in blocks:
+            self.add_module(name, block)
+
+    def forward(self, x):
+        for block in self.children():
+            x = block(x)
+        return x
+
+
+def _as(kind, model):
+    from collections import OrderedDict
+
+    blocks = [(n, copy.deepcopy(b)) for n, b in model.named_children()]
+    return {"blocknet": copy.deepcopy(model), "sequential": torch.nn.Sequential(OrderedDict(blocks)),
+            "module": _Chain(blocks)}[kind]
+
+
+@pytest.mark.parametrize("kind", ["blocknet", "sequential", "module"])
+@pytest.mark.parametrize("p", [1, 2])
+def test_drop_in_equals_the_engine_and_the_reference_transcription(ragged, kind, p):
+    from fedala_lab.algorithms.ala import ALA
+
+    cfg = small_cfg(algo="fedala", model="mlp", p=p, rounds=3, threshold=0.05, s=70, batch_size=4,
+                    max_start_epochs=30, snapshot_clients="all")
+    sim = Simulation(cfg, ragged)
+    names = sim.param_names
+    layer_idx = 2 * p  # the reference counts parameter tensors: a weight and a bias per Linear block
+    drop_ins, ref_w, states = {}, {}, {}
+    for c in range(5):
+        x, y = sim.data.client_train(c)
+        model = _as(kind, sim.model)
+        drop_ins[c] = ALA(model, x, y, p=p, eta=cfg.eta, s=cfg.s, batch_size=cfg.batch_size,
+                          threshold=cfg.threshold, num_pre_loss=cfg.num_pre_loss,
+                          max_start_epochs=cfg.max_start_epochs, seed=cfg.seed, client=c)
+        ref_w[c] = [torch.ones_like(sim.global_params[n]) for n in names[-layer_idx:]]
+    for t in (1, 2, 3):
+        glob = {n: v.clone() for n, v in sim.global_params.items()}
+        for c in range(5):
+            local = {n: v[c].clone() for n, v in sim.local_params.items()}
+            states[c] = drop_ins[c](local, glob)  # Θ̂ as a state dict
+            if t > 1:
+                n_c, m = int(sim.train_sizes[c]), int(cfg.s / 100 * sim.train_sizes[c])
+                off = int(generator(cfg.seed, t, c, ALA_WINDOW).integers(0, n_c - m + 1))
+                x, y = sim.data.client_train(c)
+                want, ref_w[c], losses = reference_ala(
+                    _as(kind, sim.model), glob, local, ref_w[c], x[off:off + m], y[off:off + m], cfg.batch_size,
+                    layer_idx, cfg.eta, start_phase=(t == 2), threshold=cfg.threshold,
+                    num_pre_loss=cfg.num_pre_loss, max_epochs=cfg.max_start_epochs)
+                for j, n in enumerate(names[-layer_idx:]):  # ≡ the reference transcription
+                    torch.testing.assert_close(drop_ins[c].weights[n], ref_w[c][j], atol=1e-5, rtol=0)
+                for n in names:
+                    torch.testing.assert_close(states[c][n], want[n], atol=1e-5, rtol=0)
+                np.testing.assert_allclose(drop_ins[c].losses, losses, atol=1e-5)
+            else:
+                assert drop_ins[c].weights is None and drop_ins[c].start_phase  # round 1: skipped
+        sim.run_round(t)
+        sim.round = t
+        for c in range(5):  # ≡ the engine: its initialised model, W and pass losses
+            start = sim.recorder.snaps[f"start/{c}"][-1]
+            torch.testing.assert_close(torch.cat([states[c][n].reshape(-1) for n in names]), start,
+                                       atol=1e-5, rtol=0)
+            if t > 1:
+                for n in names[-layer_idx:]:
+                    torch.testing.assert_close(drop_ins[c].weights[n], sim.state.weights[n][c], atol=1e-5, rtol=0)
+                rows = sim.recorder.ala
+                got = [v for r, cl, v in zip(rows["round"], rows["client"], rows["loss"]) if r == t and cl == c]
+                np.testing.assert_allclose(drop_ins[c].losses, got, atol=1e-5)
+    assert sum(sim.recorder.ala["start_phase"]) > 5  # a real start phase happened
+
+
+def test_drop_in_updates_a_module_in_place_and_keeps_its_buffers():
+    from fedala_lab.algorithms.ala import ALA
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
+                              torch.nn.Dropout(0.1), torch.nn.Linear(8, 3))
+    glob = copy.deepcopy(net)
+    x, y = torch.randn(40, 6), torch.randint(0, 3, (40,))
+    ala = ALA(["4.weight", "4.bias"], x, y, eta=1.0, s=50, batch_size=5, max_start_epochs=3)
+    assert ala(net, glob)["4.bias"] is not None and ala.weights is None  # local == global: skipped
+    with torch.no_grad():
+        for prm in net.parameters():
+            prm.add_(0.5 * torch.randn_like(prm))
+        net[1].running_mean.fill_(0.25)
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    new = ala(net, glob)
+    assert ala.learner.start == 0 and not ala.learner.cached  # batch norm below the head: no cached features
+    assert set(ala.weights) == {"4.weight", "4.bias"} and 1 <= len(ala.losses) <= 3 and not ala.start_phase
+    for k, v in net.state_dict().items():
+        torch.testing.assert_close(v, new[k])
+    torch.testing.assert_close(net[0].weight, glob[0].weight)  # lower layers: G's
+    torch.testing.assert_close(net[1].running_mean, before["1.running_mean"])  # the client's statistics
+    torch.testing.assert_close(net[4].weight, blend(before["4.weight"], glob[4].weight, ala.weights["4.weight"]))
+    ala(net, glob)
+    assert len(ala.losses) == 1  # after the start phase: one pass per call

@@ -6,6 +6,7 @@ import pytest
 import torch
 from conftest import small_cfg
 
+from fedala_lab.algorithms.base import state_to_dict
 from fedala_lab.engine.simulate import Simulation
 from fedala_lab.errors import RunCancelled, TrainingDiverged
 
@@ -32,8 +33,7 @@ def test_vectorised_equals_loop(algo, ragged):
         torch.testing.assert_close(sim_v.global_params[n], sim_l.global_params[n], atol=1e-5, rtol=0)
     assert run_v.clients["selected"].tolist() == run_l.clients["selected"].tolist()
     if "ala" in algo:
-        for k in sim_v.algo_state:
-            torch.testing.assert_close(sim_v.algo_state[k], sim_l.algo_state[k], atol=1e-5, rtol=0)
+        torch.testing.assert_close(state_to_dict(sim_v.state), state_to_dict(sim_l.state), atol=1e-5, rtol=0)
         pd.testing.assert_frame_equal(run_v.ala[["round", "client", "epoch"]], run_l.ala[["round", "client", "epoch"]])
         np.testing.assert_allclose(run_v.ala["loss"], run_l.ala["loss"], atol=1e-5)
 
@@ -115,6 +115,21 @@ def test_checkpoint_of_another_config_is_ignored(ragged, tmp_path):
     assert other.load_checkpoint(tmp_path / "torn.pt") is False
 
 
+def test_checkpoint_of_an_older_format_is_ignored_and_the_state_round_trips(ragged, tmp_path):
+    cfg = small_cfg(algo="fedala", rounds=2)
+    sim = Simulation(cfg, ragged)
+    sim.run(progress=False)
+    sim.save_checkpoint(tmp_path / "now.pt")
+    old = {k: v for k, v in sim.state_dict().items() if k != "state"}  # format 1 kept ALA's W under string keys
+    old.update(format=1, algo_state={f"ala.w.{n}": w for n, w in sim.state.weights.items()})
+    torch.save(old, tmp_path / "old.pt")
+    fresh = Simulation(cfg, ragged)
+    assert fresh.load_checkpoint(tmp_path / "old.pt") is False and fresh.round == 0
+    assert not fresh.state.started.any()
+    assert fresh.load_checkpoint(tmp_path / "now.pt") and fresh.round == 2  # read with weights_only=True
+    torch.testing.assert_close(state_to_dict(fresh.state), state_to_dict(sim.state), atol=0, rtol=0)
+
+
 def test_divergence_stops_with_a_message_and_keeps_the_record(ragged):
     with pytest.raises(TrainingDiverged, match=r"lr=1e\+20 is most likely too large") as info:
         run_sim(small_cfg(algo="fedavg", lr=1e20, rounds=5), ragged)
@@ -135,7 +150,7 @@ def test_snapshots_and_tracking(ragged):
     assert set(run.ala["client"]) == {0, 2}
     r, w = run.ala_weights(2)
     assert r == 4 and set(w) == {"fc.weight", "fc.bias"}
-    torch.testing.assert_close(torch.as_tensor(w["fc.weight"]), sim.algo_state["ala.w.fc.weight"][2])
+    torch.testing.assert_close(torch.as_tensor(w["fc.weight"]), sim.state.weights["fc.weight"][2])
     with pytest.raises(KeyError, match="no parameter snapshots for client 0"):
         run.snapshots(0)
 

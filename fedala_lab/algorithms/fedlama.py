@@ -2,7 +2,8 @@
 Aggregation for Scalable Federated Learning", ICLR 2022 submission, arXiv 2110.10302; AAAI 2023).
 
 FedAvg synchronises every parameter every τ0 local SGD steps. FedLAMA gives each layer l its own
-interval τ_l ∈ {τ0, φ·τ0}: layers whose client copies agree are averaged less often (SPEC §6).
+interval τ_l ∈ {τ0, φ·τ0}: layers whose client copies agree are averaged less often
+(docs/design.md#fedlama).
 
     one round = τ0 local SGD steps (``tau0``; ``local_steps`` may be left unset)
     at the end of round t the server averages the layers due (t mod τ_l/τ0 = 0) and measures
@@ -15,9 +16,10 @@ interval τ_l ∈ {τ0, φ·τ0}: layers whose client copies agree are averaged 
     at the start of round t+1 every client overwrites the layers averaged at the end of round t
 
 FedAvg is φ = 1 (every layer every round; tested to float tolerance on both backends). The pieces on the
-shared loop: :func:`setup` (state, and the window-wise client selection below), ``initialise`` (receive
-only the layers synchronised at the end of the previous round) and ``aggregate`` (average the layers due,
-measure d_l, count κ_l, re-assign intervals). Communication: ``bytes_up`` = selected clients × bytes of
+shared loop (:func:`build`): ``init_state`` (:class:`LAMAState`: every layer's interval and count),
+``select`` (the window-wise client selection below), ``initialise`` (receive only the layers synchronised
+at the end of the previous round) and ``aggregate`` (average the layers due, measure d_l, count κ_l,
+re-assign intervals). Communication: ``bytes_up`` = selected clients × bytes of
 the layers averaged; ``bytes_down`` = clients initialised × bytes of the layers they receive; the
 paper's cost C = Σ_l dim(u_l)·κ_l is derived from the recorded table (analysis/fedlama.py).
 
@@ -46,11 +48,12 @@ client always holds the server's current model.
 Departures from the paper and the authors' code (github.com/swblaster/FedLAMA), each a choice:
 
 - weights p_i: train-sample counts of the selected clients (our FedAvg), not the code's uniform 1/m;
-- re-assignment rule: a layer is long while δ_l < 1 − λ_l, the crossing layer itself keeps τ0 (SPEC §6;
-  the code also gives the crossing layer φ·τ0: ``lama_rule="authors"``); every tensor is eligible (the code only relaxes kernels
-  and always averages biases every τ0); intervals are re-chosen from the first window on (the code waits
-  six rounds before the first re-assignment); d_l carries the 1/dim(u_l) of the paper's text in both
-  the sort and δ (the code's δ numerator is per-dim too, its denominator is not, which mixes scales);
+- re-assignment rule: a layer is long while δ_l < 1 − λ_l, the crossing layer itself keeps τ0
+  (docs/design.md#fedlama; the code also gives the crossing layer φ·τ0: ``lama_rule="authors"``); every
+  tensor is eligible (the code only relaxes kernels and always averages biases every τ0); intervals are
+  re-chosen from the first window on (the code waits six rounds before the first re-assignment); d_l
+  carries the 1/dim(u_l) of the paper's text in both the sort and δ (the code's δ numerator is per-dim
+  too, its denominator is not, which mixes scales);
 - local SGD is the engine's plain SGD (the code uses momentum 0.9 and weight decay);
 - evaluation: the engine evaluates every client's current model before local training. At the start of
   a window that is the fully synchronised global model (as FedAvg); mid-window an active client holds
@@ -61,22 +64,34 @@ FedLAMA + ALA (``fedlama+ala``, not in any paper): ALA needs the whole received 
 the start of each window (after a full synchronisation): then ALA runs exactly as in FedALA. Mid-window
 a client receives only the short-interval layers: the lower ones overwrite, those in ALA's top p blocks
 are blended with the client's current weights W (Eq. 4 without learning W). With φ = 1 this is FedALA
-with τ0-step rounds (tested).
+with τ0-step rounds (tested). The clients' ALA state then lives inside FedLAMA's (``LAMAState.ala``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
+from torch import nn
 
 from ..config import RunConfig
 from ..errors import ConfigError
-from . import ala
+from .ala import ALAPieces, ALAState
 from .base import Algorithm
 from .fedavg import client_weights, receive_global, weighted_mean
 
 TABLE_LAYERS = "lama_layers"
 TABLE_ADJUST = "lama_adjust"
+
+
+@dataclass
+class LAMAState:
+    """What FedLAMA carries from round to round, one entry per layer (parameter tensor)."""
+
+    interval: torch.Tensor  # (L,) int64: τ_l / τ0, 1 or φ
+    kappa: torch.Tensor  # (L,) int64: how often the layer was averaged so far (κ_l)
+    ala: ALAState | None = None  # fedlama+ala: the clients' ALA weights
 
 
 def window_start(t: int, phi: int) -> int:
@@ -85,7 +100,7 @@ def window_start(t: int, phi: int) -> int:
 
 
 def assign_intervals(d: np.ndarray, dim: np.ndarray, *, include_crossing: bool = False) -> dict[str, np.ndarray]:
-    """The interval rule of SPEC §6 on unit discrepancies ``d`` and sizes ``dim`` (one entry per layer).
+    """The interval rule (docs/design.md#fedlama) on discrepancies ``d`` and sizes ``dim``, one per layer.
 
     Returns ``order`` (layers by ascending d), ``delta`` and ``one_minus_lambda`` along that order and
     ``long`` (per layer, in the layers' own order): True for the layers given φ·τ0. The long layers are a
@@ -113,42 +128,48 @@ def assign_intervals(d: np.ndarray, dim: np.ndarray, *, include_crossing: bool =
     return {"order": order, "delta": delta, "one_minus_lambda": one_minus_lambda, "long": long}
 
 
-def build(cfg: RunConfig, with_ala: bool) -> Algorithm:
-    """FedLAMA (τ0 = ``cfg.tau0`` steps, factor φ = ``cfg.phi``), optionally with ALA on the clients."""
+def build(cfg: RunConfig, model: nn.Module, ala: ALAPieces | None = None) -> Algorithm:
+    """FedLAMA (τ0 = ``cfg.tau0`` steps, factor φ = ``cfg.phi``) for ``model``; with ``ala``, ALA on the
+    clients (fedlama+ala)."""
     if cfg.local_steps is not None and cfg.local_steps != cfg.tau0:
         raise ConfigError("local_steps", cfg.local_steps, f"unset or equal to tau0={cfg.tau0} for {cfg.algo}",
                           "one FedLAMA round is τ0 local SGD steps; set both (--local-steps and --tau0) so "
                           "that FedAvg(τ0) runs the same steps")
+    names = [k for k, _ in model.named_parameters()]
+    dims = np.array([v.numel() for _, v in model.named_parameters()], dtype=np.int64)
 
-    def setup(sim) -> None:
-        _setup(sim)
-        if with_ala:
-            ala.setup(sim)
+    def init_state(sim) -> LAMAState:
+        _warn_replayed_batches(sim)
+        n, dev = len(names), sim.device
+        return LAMAState(interval=torch.ones(n, dtype=torch.int64, device=dev),
+                         kappa=torch.zeros(n, dtype=torch.int64, device=dev),
+                         ala=ala.init_state(sim) if ala else None)
 
     def initialise(sim, t: int, clients: torch.Tensor) -> int:
         # the layers averaged at the end of round t-1; intervals change only when every layer was due,
         # so the current ones tell (round 0: all, every client starts from G)
-        synced = (t - 1) % sim.algo_state["lama.interval"].cpu().numpy() == 0
-        names = [n for n, s in zip(sim.param_names, synced) if s]
-        if with_ala:
-            return _ala_initialise(sim, t, clients, names)
-        return receive_global(sim, t, clients, names=names)
+        synced = (t - 1) % sim.state.interval.cpu().numpy() == 0
+        received = [n for n, s in zip(names, synced) if s]
+        if ala is None:
+            return receive_global(sim, t, clients, names=received)
+        if len(received) == len(names):  # after a full synchronisation: ALA as in FedALA
+            return ala.ala_initialise(sim, t, clients, sim.state.ala)
+        return ala.blend_received(sim, t, clients, received, sim.state.ala)
+
+    def aggregate(sim, t: int, selected: torch.Tensor) -> int:
+        return _aggregate(sim, sim.state, t, selected, names, dims)
 
     def select(sim, t: int) -> torch.Tensor:
         # Partial participation: one draw of active clients per φ-round window (module docstring).
         return sim.select(window_start(t, cfg.phi))
 
-    return Algorithm(cfg.algo, initialise=initialise, aggregate=aggregate, setup=setup, select=select,
-                     local_steps=cfg.tau0)
+    return Algorithm(cfg.algo, initialise=initialise, aggregate=aggregate, init_state=init_state,
+                     select=select, local_steps=cfg.tau0, initialise_all=cfg.ala_all_clients if ala else True,
+                     meta=(lambda state: ala.meta(state.ala)) if ala else None)
 
 
-def _setup(sim) -> None:
-    cfg, n_layers, dev = sim.cfg, len(sim.param_names), sim.device
-    st = sim.algo_state
-    st["lama.interval"] = torch.ones(n_layers, dtype=torch.int64, device=dev)  # τ_l / τ0: 1 or φ
-    st["lama.kappa"] = torch.zeros(n_layers, dtype=torch.int64, device=dev)
-    sim.lama_dims = np.array([sim.global_params[k].numel() for k in sim.param_names], dtype=np.int64)
-
+def _warn_replayed_batches(sim) -> None:
+    cfg = sim.cfg
     if not cfg.shuffle:
         per_epoch = sim.batches_per_epoch(sim.train_sizes)
         if (per_epoch > cfg.tau0).any():
@@ -156,14 +177,13 @@ def _setup(sim) -> None:
 
             warnings.warn(f"{cfg.algo} with shuffle=False: a round of tau0={cfg.tau0} local steps replays the "
                           f"same first batches of the {int((per_epoch > cfg.tau0).sum())} client(s) that hold "
-                          "more; set shuffle=True (the teach-fedlama preset does)", stacklevel=2)
+                          "more; set shuffle=True (the teach-fedlama preset does)", stacklevel=3)
 
 
-def aggregate(sim, t: int, selected: torch.Tensor) -> int:
+def _aggregate(sim, st: LAMAState, t: int, selected: torch.Tensor, names: list[str], dims: np.ndarray) -> int:
     """Average the layers due at the end of round t, record d_l and κ_l, re-assign intervals every φ rounds."""
-    cfg, st = sim.cfg, sim.algo_state
-    names, dims = sim.param_names, sim.lama_dims
-    interval = st["lama.interval"].cpu().numpy()
+    cfg = sim.cfg
+    interval = st.interval.cpu().numpy()
     due = t % interval == 0
     idx = np.flatnonzero(due)
     bytes_up = weighted_mean(sim, t, selected, names=[names[i] for i in idx])
@@ -179,8 +199,8 @@ def aggregate(sim, t: int, selected: torch.Tensor) -> int:
             diff = sim.local_params[k][selected].to(torch.float64) - sim.global_params[k].to(torch.float64)
             sums.append(p @ diff.reshape(len(selected), -1).pow(2).sum(1))
         d[idx] = torch.stack(sums).cpu().numpy() / (interval[idx] * cfg.tau0 * dims[idx])
-    kappa = st["lama.kappa"].cpu().numpy() + due
-    st["lama.kappa"] = torch.as_tensor(kappa, device=sim.device)
+    kappa = st.kappa.cpu().numpy() + due
+    st.kappa = torch.as_tensor(kappa, device=sim.device)
 
     sim.recorder.table_rows(TABLE_LAYERS, {
         "round": np.full(len(names), t), "step": np.full(len(names), t * cfg.tau0), "layer": names,
@@ -189,9 +209,9 @@ def aggregate(sim, t: int, selected: torch.Tensor) -> int:
 
     # every φ·τ0 steps: with τ_l/τ0 ∈ {1, φ} every layer was just averaged, so d holds all of them
     if t % cfg.phi == 0:
-        rule = assign_intervals(d, dims, include_crossing=sim.cfg.lama_rule == "authors")
+        rule = assign_intervals(d, dims, include_crossing=cfg.lama_rule == "authors")
         new = np.where(rule["long"], cfg.phi, 1).astype(np.int64)
-        st["lama.interval"] = torch.as_tensor(new, device=sim.device)
+        st.interval = torch.as_tensor(new, device=sim.device)
         o = rule["order"]
         sim.recorder.table_rows(TABLE_ADJUST, {
             "round": np.full(len(names), t), "rank": np.arange(1, len(names) + 1),
@@ -200,15 +220,3 @@ def aggregate(sim, t: int, selected: torch.Tensor) -> int:
             "interval": new[o] * cfg.tau0,
         })
     return bytes_up
-
-
-def _ala_initialise(sim, t: int, clients: torch.Tensor, names: list[str]) -> int:
-    """FedLAMA + ALA: full ALA after a full synchronisation; mid-window blend the synced top layers with W."""
-    if len(names) == len(sim.param_names):
-        return ala.ala_initialise(sim, t, clients)
-    if ala.plain_round(sim, t):
-        return receive_global(sim, t, clients, names=names)
-    receive_global(sim, t, clients, names=ala.lower_names(sim, names))
-    top = set(sim.ala.names)  # Eq. 4 with the client's current W, not learned this round
-    ala.blend_top(sim, clients, {n: sim.algo_state[f"ala.w.{n}"][clients] for n in names if n in top})
-    return len(clients) * sim.param_bytes(names)

@@ -1,5 +1,9 @@
 """Collects what a simulation records, round by round, and turns it into a :class:`Run`.
 
+Its methods are the Run's parts: per-client and per-round rows (the loop), ALA passes and weights (the
+Run's ``ala`` table and ``ala_w`` arrays, written by algorithms/ala.py for the tracked clients), model
+snapshots, and any algorithm's extra tables (``table_rows``, e.g. FedLAMA's).
+
 Everything is kept as plain Python lists and CPU tensors so that a checkpoint is a ``torch.save`` of
 tensors and primitives (loadable with ``weights_only=True``).
 """
@@ -32,7 +36,6 @@ class Recorder:
         self.ala_w_rounds: dict[str, list[int]] = {}  # "client" -> rounds
         self.snaps: dict[str, list[torch.Tensor]] = {}  # "start/client", "end/client"
         self.snap_rounds: dict[str, list[int]] = {}
-        self.capped: list[int] = []
         # Extra tidy tables an algorithm fills through table_rows (FedLAMA's per-layer records…):
         # name -> column -> values. Run saves each as table_<name>.csv.
         self.tables: dict[str, dict[str, list]] = {}
@@ -122,7 +125,7 @@ class Recorder:
     def state_dict(self) -> dict:
         return {"clients": self.clients, "rounds": self.rounds, "ala": self.ala, "ala_w": self.ala_w,
                 "ala_w_rounds": self.ala_w_rounds, "snaps": self.snaps, "snap_rounds": self.snap_rounds,
-                "capped": self.capped, "tables": self.tables}
+                "tables": self.tables}
 
     def load_state_dict(self, d: dict) -> None:
         for k, v in d.items():

@@ -2,11 +2,11 @@
 
     run = simulate(RunConfig(algo="fedala", rounds=50))
 
-Per round t (SPEC §2, the loop the FedALA paper evaluates):
+Per round t (docs/design.md#federated-loop, the loop the FedALA paper evaluates):
 
 1. select ⌊ρ·N⌋ clients without replacement (generator from (seed, t));
-2. every client initialises its local model from the global one (``algo.initialise``: FedAvg copies G,
-   FedALA runs ALA);
+2. every client (or, if the algorithm says so, every selected one) initialises its local model from the
+   global one (``algo.initialise``: FedAvg copies G, FedALA runs ALA);
 3. every client's model is evaluated on its own test split *before* local training (pooled accuracy
    Σ correct / Σ n_test; ``eval_every`` thins this out);
 4. each selected client trains E epochs of plain SGD from its initialised model;
@@ -16,6 +16,10 @@ All clients' parameters live stacked on a leading client dimension (``local_para
 (N, *shape)); the backend (loop or vectorised, compute/backends.py) runs per-client steps over them.
 Every random draw comes from a generator derived from (seed, round, client, purpose), so a run is
 deterministic on CPU and a resumed run equals an uninterrupted one.
+
+The loop knows no algorithm: the pieces come from ``build_algorithm``, and whatever an algorithm carries
+from round to round (ALA's weights, FedLAMA's intervals) is its own state value, held here as
+``sim.state`` and checkpointed without being looked into.
 """
 
 from __future__ import annotations
@@ -31,20 +35,21 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..algorithms.base import build_algorithm
+from ..algorithms.base import state_from_dict, state_to_dict
+from ..algorithms.registry import build_algorithm
 from ..compute import rng
 from ..compute.backends import BatchPlan, make_backend
 from ..compute.steps import make_eval_step, make_sgd_step
 from ..config import RunConfig
 from ..data.federated import FederatedData
 from ..errors import ConfigError, RunCancelled, TrainingDiverged
-from ..models import build_model, num_blocks, num_parameters
+from ..models import build_model, num_parameters
 from ..record.run import Run
 from .recorder import Recorder
 
 SMALL_MODEL = 200_000  # parameters from which the loop backend beats the vectorised one on a CPU
 EVAL_CHUNK = 256  # rows per client per evaluation step (memory, not results, depends on it)
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2  # 2: the algorithm's state as one typed value (1: a dict of "ala.w.…" keys)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -67,7 +72,8 @@ def resolve_backend(name: str, device: torch.device, num_params: int) -> str:
     """"auto" → "vectorised", except a model over SMALL_MODEL parameters on a CPU → "loop".
 
     On a CPU a step of a large model is real arithmetic, and vmap turns its convolutions into slow
-    grouped ones (PERFORMANCE.md); small models are bound by per-step overhead, which vmap amortises.
+    grouped ones (docs/design.md#performance); small models are bound by per-step overhead, which vmap
+    amortises. The same rule picks the backend of any other steps (:meth:`Simulation.backend_for`).
     """
     if name != "auto":
         return name
@@ -88,14 +94,11 @@ class Simulation:
                                  seed=rng.torch_seed(cfg.seed, 0, rng.SERVER, rng.MODEL_INIT)).to(self.device)
         for p in self.model.parameters():
             p.requires_grad_(False)  # the engine passes its own tensors to functional_call
-        if cfg.uses_ala and not 1 <= cfg.p <= num_blocks(self.model):
-            from ..models import top_block_start
-
-            top_block_start(self.model, cfg.p)  # raises the ConfigError naming p and the blocks
+        self.algo = build_algorithm(cfg, self.model)  # checks what it needs of the model (ALA's p…)
         self.num_params = num_parameters(self.model)  # decides the backend
         self.untrained = self._check_local_work()
         self.backend = make_backend(resolve_backend(cfg.backend, self.device, self.num_params), chunk_clients)
-        self.algo = build_algorithm(cfg)
+        self._backends = {self.backend.name: self.backend}
         self.dtype = next(self.model.parameters()).dtype
 
         n = self.num_clients
@@ -105,7 +108,6 @@ class Simulation:
         self.local_buffers = {k: v.detach().unsqueeze(0).repeat(n, *[1] * v.dim()).clone()
                               for k, v in self.model.named_buffers()}
         self._bytes = {k: v.numel() * v.element_size() for k, v in self.global_params.items()}
-        self.algo_state: dict[str, torch.Tensor] = {}
         self.sgd_step = make_sgd_step(self.model, cfg.lr, self.algo.grad_term)
         self.eval_step = make_eval_step(self.model)
         self.round = 0
@@ -113,8 +115,7 @@ class Simulation:
         self.recorder = Recorder(cfg.clients_to("track_clients", n), cfg.clients_to("snapshot_clients", n),
                                  cfg.snapshot_from)
         self._plans: dict = {}
-        if self.algo.setup:
-            self.algo.setup(self)
+        self.state = self.algo.init_state(self) if self.algo.init_state else None  # the algorithm's, opaque
 
     def _check_local_work(self) -> list[int]:
         """Clients without a single local batch (fewer train samples than a batch, with drop_last): the
@@ -169,6 +170,16 @@ class Simulation:
     def run_steps(self, step, carry, shared, plan, x, y, *, train: bool, aux_size: int = 1, timings=None):
         return self.backend.run(step, carry, shared, plan, x, y, train=train, model=self.model,
                                 aux_size=aux_size, timings=timings)
+
+    def backend_for(self, num_params: int):
+        """The backend for steps through ``num_params`` parameters: ``cfg.backend`` when set, else the size
+        rule of :func:`resolve_backend`. Local training uses the run's own backend (the whole model); ALA's
+        head-only weight-learning steps are small, so they run vectorised even where a large model on a CPU
+        trains a client at a time."""
+        name = resolve_backend(self.cfg.backend, self.device, num_params)
+        if name not in self._backends:
+            self._backends[name] = make_backend(name)
+        return self._backends[name]
 
     def plan_from(self, batches: list[list[np.ndarray]]) -> BatchPlan:
         return BatchPlan.from_batches(batches, self.device)
@@ -242,29 +253,6 @@ class Simulation:
         return {"loss_sum": np.nansum(aux[..., 0], 1), "correct": np.nansum(aux[..., 1], 1),
                 "num": plan.sizes.sum(1)}
 
-    def features(self, params: dict, x: torch.Tensor, stop: int, chunk: int = 1024) -> torch.Tensor:
-        """Output of blocks [0, stop) of the model with ``params`` (no grad), computed in chunks."""
-        from torch.func import functional_call
-
-        buffers = dict(self.model.named_buffers())
-        self.model.eval()
-        with torch.no_grad():
-            outs = [functional_call(self.model, (params, buffers), (x[i:i + chunk],), {"stop": stop})
-                    for i in range(0, len(x), chunk)]
-        if not outs:
-            return x.new_zeros((0,))
-        return torch.cat(outs)
-
-    def note_capped(self, t: int, clients: list[int]) -> None:
-        import warnings
-
-        new = [c for c in clients if c not in self.recorder.capped]
-        self.recorder.capped.extend(new)
-        if new:
-            warnings.warn(f"round {t}: ALA start phase of client(s) {new} hit max_start_epochs="
-                          f"{self.cfg.max_start_epochs} without converging (threshold={self.cfg.threshold}); "
-                          "they continue with the weights learned so far", stacklevel=2)
-
     # -- the round loop ----------------------------------------------------------------------------
 
     def select(self, t: int) -> torch.Tensor:
@@ -333,7 +321,7 @@ class Simulation:
 
         # 2. local initialisation
         tic = time.perf_counter()
-        init_clients = selected if (cfg.uses_ala and not cfg.ala_all_clients) else everyone
+        init_clients = everyone if algo.initialise_all else selected
         bytes_down = algo.initialise(self, t, init_clients)
         rec.snapshot_models(t, "start", self.local_params)
         t_init = time.perf_counter() - tic
@@ -442,8 +430,7 @@ class Simulation:
                     "threads_choice": "cfg.threads" if self.cfg.threads is not None else "auto"},
             "param_names": self.param_names,
             "param_shapes": {k: list(v.shape[1:]) for k, v in self.local_params.items()},
-            "ala_params": list(self.ala.names) if hasattr(self, "ala") else [],
-            "capped_clients": list(self.recorder.capped),
+            **(self.algo.meta(self.state) if self.algo.meta else {}),
             "untrained_clients": list(self.untrained),
             "seconds": self.seconds,
             "model_bytes": self.param_bytes(self.param_names),
@@ -460,18 +447,18 @@ class Simulation:
         return {
             "format": CHECKPOINT_FORMAT, "key": self.cfg.key(), "round": self.round, "seconds": self.seconds,
             "global": self.global_params, "local": self.local_params, "buffers": self.local_buffers,
-            "algo_state": self.algo_state, "recorder": self.recorder.state_dict(),
+            "state": state_to_dict(self.state), "recorder": self.recorder.state_dict(),
         }
 
     def load_state_dict(self, d: dict) -> None:
+        """Restore a :meth:`state_dict`; raises ValueError (changing nothing) for another config or format."""
         if d.get("format") != CHECKPOINT_FORMAT or d.get("key") != self.cfg.key():
             raise ValueError("checkpoint belongs to another config or format")
-        dev = self.device
+        state = state_from_dict(self.state, d["state"])
+        glob, local, buffers = ({k: v.to(self.device) for k, v in d[part].items()}
+                                for part in ("global", "local", "buffers"))
         self.round, self.seconds = int(d["round"]), float(d["seconds"])
-        self.global_params = {k: v.to(dev) for k, v in d["global"].items()}
-        self.local_params = {k: v.to(dev) for k, v in d["local"].items()}
-        self.local_buffers = {k: v.to(dev) for k, v in d["buffers"].items()}
-        self.algo_state = {k: v.to(dev) for k, v in d["algo_state"].items()}
+        self.global_params, self.local_params, self.local_buffers, self.state = glob, local, buffers, state
         self.recorder.load_state_dict(d["recorder"])
 
     def save_checkpoint(self, path: str | Path) -> None:
@@ -552,12 +539,15 @@ def environment(device: torch.device) -> dict:
     """Versions, device, git commit: enough to say where a number came from."""
     if "base" not in _ENV_CACHE:
         import sys
+        from importlib.metadata import PackageNotFoundError, version
 
         import numpy
         import pandas
 
-        from .. import __version__
-
+        try:
+            fedala_lab_version = version("fedala_lab")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            fedala_lab_version = None
         commit = None
         try:
             here = Path(__file__).resolve().parent
@@ -566,7 +556,7 @@ def environment(device: torch.device) -> dict:
         except (OSError, subprocess.SubprocessError):
             pass
         _ENV_CACHE["base"] = {
-            "fedala_lab": __version__, "python": sys.version.split()[0], "torch": torch.__version__,
+            "fedala_lab": fedala_lab_version, "python": sys.version.split()[0], "torch": torch.__version__,
             "numpy": numpy.__version__, "pandas": pandas.__version__, "platform": platform.platform(),
             "git_commit": commit, "torch_threads": torch.get_num_threads(),
         }
