@@ -3,7 +3,7 @@
 Every model is a :class:`BlockNet`: an ``nn.Sequential`` whose children are the blocks, lowest first.
 ALA's ``p`` counts blocks from the top (``p = 1`` is the output layer), and ``forward(x, start=k)``
 runs blocks ``k..`` only — the engine uses that to compute the frozen lower blocks' features once per
-round and learn ALA weights on the head alone (exact, PERFORMANCE.md).
+round and learn ALA weights on the head alone (exact, docs/design.md#performance).
 
 | model       | blocks (bottom → top)                                    | p = 1 means   |
 |-------------|----------------------------------------------------------|---------------|
@@ -54,7 +54,7 @@ def _conv_block(cin, cout, k, padding):
 
 
 def FedAvgCNN(in_channels: int = 1, num_classes: int = 10, dim: int = 1024) -> BlockNet:
-    """The paper's 4-layer CNN (SPEC §4): two 5×5 convs (32, 64) with max-pool, fc 512, output.
+    """The paper's 4-layer CNN (docs/design.md#models): two 5×5 convs (32, 64) with max-pool, fc 512, output.
 
     ``dim`` is the flattened size after conv2: 1024 for 1×28×28, 1600 for 3×32×32, 10,816 for 64×64.
     582,026 parameters for MNIST, 878,538 for Cifar10.

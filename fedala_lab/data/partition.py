@@ -5,7 +5,7 @@ per client (indices into ``labels``, shuffled within the client); together the a
 cover every index exactly once. Same generator state ⇒ same split.
 
 They follow PFLlib's generator (``dataset/utils/dataset_utils.py: separate_data`` and ``split_data``),
-which produced the paper's partitions (SPEC §3). Departures, all deliberate:
+which produced the paper's partitions (docs/design.md#data). Departures, all deliberate:
 
 - Randomness comes from the ``Generator`` passed in, not from numpy's global state, so the project's
   splits are reproducible but not bit-identical to PFLlib's files (those are loaded as they are with
@@ -40,7 +40,8 @@ def default_least_samples(n_samples: int, num_clients: int) -> int:
     """The minimum client size the Dirichlet redraws aim for: ``min(40, n/num_clients/2)``, at least 1.
 
     40 is the FedALA repository's ``batch_size / (1 − train_ratio)`` = 10 / 0.25 (enough for one test
-    batch); the ``n/num_clients/2`` cap keeps small pools such as the 1,797 digits satisfiable (SPEC §3).
+    batch); the ``n/num_clients/2`` cap keeps small pools such as the 1,797 digits satisfiable
+    (docs/design.md#data).
     """
     if num_clients < 1:
         raise ConfigError("num_clients", num_clients, "an integer >= 1")

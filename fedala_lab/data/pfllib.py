@@ -5,9 +5,9 @@ PFLlib's generator (``dataset/utils/dataset_utils.py: save_file``) writes one fi
 payload is a pickle. The reference reads it back with ``np.load(..., allow_pickle=True)``, which runs any
 code a tampered file asks for. Here the ``.npy`` member is parsed by hand and its pickle is fed to
 :class:`RestrictedUnpickler`, which rebuilds numpy arrays, dtypes and scalars and refuses every other
-global with :class:`~fedala_lab.errors.UnsafeFileError` (SPEC §3).
+global with :class:`~fedala_lab.errors.UnsafeFileError` (docs/design.md#data).
 
-Layout (SPEC §3)::
+Layout (docs/design.md#data)::
 
     <dir>/config.json                 num_clients, num_classes, per-client label counts (optional here)
     <dir>/train/{i}.npz               PFLlib naming
@@ -239,7 +239,7 @@ def _client_files(directory: Path, split: str) -> dict[int, Path]:
     if not folder.is_dir():
         raise DataError(
             f"{folder} is missing: a PFLlib partition needs {split}/{{i}}.npz or "
-            f"{split}/{split}{{i}}_.npz files (SPEC §3)"
+            f"{split}/{split}{{i}}_.npz files (docs/design.md#data)"
         )
     found: dict[int, Path] = {}
     for p in sorted(folder.iterdir()):

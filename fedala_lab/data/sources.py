@@ -1,9 +1,9 @@
 """Sample pools: every image of a dataset with its label, before any partitioning.
 
-The paper's data pipeline (PFLlib's ``generate_mnist.py`` and friends, SPEC §3) merges the official train
-and test sets into one pool, scales images to [−1, 1] (``Normalize([0.5], [0.5])`` on [0, 1] pixels) and
-only then partitions the pool among clients. :func:`load_pool` returns such a pool; the partition functions
-in :mod:`fedala_lab.data.partition` split it.
+The paper's data pipeline (PFLlib's ``generate_mnist.py`` and friends, docs/design.md#data) merges the
+official train and test sets into one pool, scales images to [−1, 1] (``Normalize([0.5], [0.5])`` on
+[0, 1] pixels) and only then partitions the pool among clients. :func:`load_pool` returns such a pool;
+the partition functions in :mod:`fedala_lab.data.partition` split it.
 
 Sources:
 
