@@ -9,10 +9,9 @@ records the trajectories the papers' figures need.
     >>> run.summary()
 """
 
+from ._version import __version__
 from .config import DataConfig, RunConfig
 from .errors import ConfigError, DataError, FedalaError, TrainingDiverged
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ConfigError",
@@ -21,6 +20,7 @@ __all__ = [
     "FedalaError",
     "RunConfig",
     "TrainingDiverged",
+    "__version__",
     "get_or_run",
     "load_run",
     "preset",

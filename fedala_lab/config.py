@@ -37,11 +37,20 @@ def pool_directory(dataset) -> str | None:
 PARTITIONS = ("iid", "pathological", "dirichlet")
 MODELS = ("auto", "fedavgcnn", "smallcnn", "mlp", "resnet18", "fasttext")
 BACKENDS = ("auto", "vectorised", "loop")
-# Algorithm names. "fedala" is "fedavg+ala" (the paper's FedALA is ALA on a FedAvg server).
-ALGORITHMS = (
-    "fedavg", "fedprox", "fedala", "fedavg+ala", "fedprox+ala",
-    "fedavg-c", "fedprox-c", "local", "fedlama", "fedlama+ala",
-)
+# Every algorithm: config name -> the papers' spelling (legends, tables, the app). The one list of both.
+# "fedala" is "fedavg+ala" (the paper's FedALA is ALA on a FedAvg server).
+ALGORITHMS = {
+    "fedavg": "FedAvg", "fedprox": "FedProx", "fedala": "FedALA", "fedavg+ala": "FedAvg+ALA",
+    "fedprox+ala": "FedProx+ALA", "fedavg-c": "FedAvg-C", "fedprox-c": "FedProx-C", "local": "Local",
+    "fedlama": "FedLAMA", "fedlama+ala": "FedLAMA+ALA",
+}
+
+
+def algo_label(algo: str) -> str:
+    """The papers' spelling of an algorithm name (``fedala`` → ``FedALA``); unknown names as they are."""
+    return ALGORITHMS.get(algo, algo)
+
+
 
 
 # Upper bounds on work counts. Not physics, but a typo guard: a round of the smallest problem takes

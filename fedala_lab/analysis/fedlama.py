@@ -29,9 +29,8 @@ import numpy as np
 import pandas as pd
 
 from ..algorithms.fedlama import TABLE_ADJUST, TABLE_LAYERS
-from ..config import RunConfig
+from ..config import RunConfig, algo_label
 from ..record.run import Run
-from .curves import algo_name
 
 # --------------------------------------------------------------------------------------------------
 # per run
@@ -180,7 +179,7 @@ def comparison_label(run: Run) -> str:
     cfg = run.config
     spr = steps_per_round(cfg)
     # fedavg+ala is FedALA itself, so both spellings share a label here
-    name = "FedALA" if cfg.algo == "fedavg+ala" else algo_name(cfg.algo)
+    name = algo_label("fedala" if cfg.algo == "fedavg+ala" else cfg.algo)
     if cfg.uses_lama:
         return f"{name}(τ0={cfg.tau0}, φ={cfg.phi})"
     return f"{name}({spr} steps)" if spr else name

@@ -558,7 +558,7 @@ def environment(device: torch.device) -> dict:
         import numpy
         import pandas
 
-        from .. import __version__
+        from .._version import __version__
 
         commit = None
         try:

@@ -401,7 +401,7 @@ def make_table2(ctx: Context):
 
 
 def make_applicability(ctx: Context):
-    from ..analysis.curves import algo_name
+    from ..config import algo_label
     from .tables import AccuracyTable
 
     runs = _table_runs(ctx, "practical", algos=("fedavg", "fedala", "fedprox", "fedprox+ala"))
@@ -409,7 +409,7 @@ def make_applicability(ctx: Context):
     files = ctx.save(t, "applicability")
     files += [ctx.write("applicability.md", t.to_markdown()), ctx.write("applicability.tex", t.to_latex()),
               _csv(t.stats_, ctx.out / "applicability.csv")]
-    findings = [f"{algo_name(r.base)}+ALA ({r.with_ala}): {r.ala_mean:.2f} vs {algo_name(r.base)} "
+    findings = [f"{algo_label(r.base)}+ALA ({r.with_ala}): {r.ala_mean:.2f} vs {algo_label(r.base)} "
                 f"{r.base_mean:.2f} % ({r.gain:+.2f} points, best round)" for r in t.stats_.itertuples()]
     return files, findings
 

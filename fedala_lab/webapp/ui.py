@@ -33,8 +33,7 @@ offline_env()  # before gradio is imported: it reads these at import time
 import gradio as gr
 import pandas as pd
 
-from ..analysis.curves import algo_name
-from ..config import RunConfig
+from ..config import RunConfig, algo_label
 from ..errors import ConfigError, FedalaError, RunCancelled
 from ..presets import preset
 from ..record.store import RunStore
@@ -46,7 +45,7 @@ _PROGRESS = gr.Progress()
 
 # Algorithms offered on the Train & compare tab: (label, config name).
 TRAIN_ALGOS = [
-    (algo_name(a), a)
+    (algo_label(a), a)
     for a in ("fedavg", "fedprox", "fedala", "fedavg+ala", "fedprox+ala", "fedavg-c", "fedprox-c")
 ]
 DATASET_CHOICES = [
@@ -229,7 +228,7 @@ def _run_rows(runs, cached) -> pd.DataFrame:
         s = run.summary()
         rows.append(
             {
-                "algorithm": algo_name(s["algo"]),
+                "algorithm": algo_label(s["algo"]),
                 "best acc %": _pct(s["best_acc"]),
                 "best round": s["best_round"],
                 "final acc %": _pct(s["final_acc"]),
@@ -296,7 +295,7 @@ class LectureApp:
         done = 0
         with self._stop_flag(request) as stop:
             for i, cfg in enumerate(cfgs):
-                label = labels[i] if labels else algo_name(cfg.algo)
+                label = labels[i] if labels else algo_label(cfg.algo)
                 if len(cfgs) > 1:
                     label += f" ({i + 1}/{len(cfgs)})"
                 if stop.is_set():  # Stop pressed between two runs: do not start the next one
