@@ -33,12 +33,16 @@ def __getattr__(name):  # heavy pieces (torch engine, store) load on first use
         from .engine.simulate import simulate
 
         return simulate
-    if name in ("get_or_run", "load_run"):
-        from .record import store
+    if name == "get_or_run":
+        from .experiments.runs import get_or_run
 
-        return getattr(store, name)
+        return get_or_run
+    if name == "load_run":
+        from .record.run import load_run
+
+        return load_run
     if name == "preset":
-        from .presets import preset
+        from .experiments.presets import preset
 
         return preset
     raise AttributeError(name)
