@@ -32,7 +32,7 @@ import torch
 
 from fedala_lab.data.federated import FederatedData
 from fedala_lab.engine.simulate import Simulation
-from fedala_lab.presets import preset, shared_mnist_dir
+from fedala_lab.experiments.presets import preset, shared_mnist_dir
 
 HERE = Path(__file__).resolve().parent
 BUSY = "while True:\n    pass\n"

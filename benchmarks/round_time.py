@@ -24,7 +24,7 @@ import torch
 
 from fedala_lab.data.federated import FederatedData
 from fedala_lab.engine.simulate import Simulation, resolve_device
-from fedala_lab.presets import preset
+from fedala_lab.experiments.presets import preset
 
 HERE = Path(__file__).resolve().parent
 

@@ -9,10 +9,9 @@ records the trajectories the papers' figures need.
     >>> run.summary()
 """
 
+from ._version import __version__
 from .config import DataConfig, RunConfig
 from .errors import ConfigError, DataError, FedalaError, TrainingDiverged
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ConfigError",
@@ -21,6 +20,7 @@ __all__ = [
     "FedalaError",
     "RunConfig",
     "TrainingDiverged",
+    "__version__",
     "get_or_run",
     "load_run",
     "preset",
@@ -33,12 +33,16 @@ def __getattr__(name):  # heavy pieces (torch engine, store) load on first use
         from .engine.simulate import simulate
 
         return simulate
-    if name in ("get_or_run", "load_run"):
-        from .record import store
+    if name == "get_or_run":
+        from .experiments.runs import get_or_run
 
-        return getattr(store, name)
+        return get_or_run
+    if name == "load_run":
+        from .record.run import load_run
+
+        return load_run
     if name == "preset":
-        from .presets import preset
+        from .experiments.presets import preset
 
         return preset
     raise AttributeError(name)

@@ -1,8 +1,11 @@
-"""``fedala-lab``: the command line.
+"""``fedala-lab``: the command line. It parses and dispatches; the work is the library's.
 
     fedala-lab run --preset teach --algos fedavg,fedprox,fedala
     fedala-lab run --preset teach --algos fedavg,fedala --json
     fedala-lab data --dataset digits --partition dirichlet --beta 0.1 --clients 20 --out figures/data.png
+    fedala-lab sweep --preset teach --algos fedavg,fedala --grid p=1,2 --seeds 0-2
+    fedala-lab figures --only fig4,table2
+    fedala-lab app --port 7861
 
 Bad values print one line on stderr and exit with code 2 (never a traceback).
 """
@@ -10,10 +13,15 @@ Bad values print one line on stderr and exit with code 2 (never a traceback).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
 import sys
+import time
 from pathlib import Path
 
+from . import webapp
+from .analysis.tables import sweep_table, table_markdown
 from .config import (
     ALGORITHMS,
     BACKENDS,
@@ -22,12 +30,19 @@ from .config import (
     SETTING_NAMES,
     DataConfig,
     RunConfig,
-    merge_settings,
     parse_value,
-    read_config_file,
+    parse_values,
     unknown_setting,
+    with_settings_file,
 )
 from .errors import ConfigError, FedalaError, TrainingDiverged
+from .experiments.plans import SWEEPS, SweepSpec, axis_name, sweep_preset
+from .experiments.presets import preset
+from .experiments.runs import get_or_run
+from .experiments.sweeps import run_sweep
+from .record.run import json_safe
+from .record.store import RunStore
+from .reproduce import FIGURES, default_out, run_figures, save_sweep
 
 
 class _Parser(argparse.ArgumentParser):
@@ -46,7 +61,7 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"{text!r} is not a boolean (true/false)")
 
 
-# flags shared by `run` (and later `sweep`): name -> (type, help); dest is the config field
+# flags shared by `run` and `sweep`: name -> (type, help); dest is the config field
 _RUN_FLAGS = {
     "rounds": (int, "communication rounds T"),
     "clients": (int, "number of clients N (data.num_clients)"),
@@ -90,30 +105,24 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
                    help="any other config field, e.g. --set shuffle=true (repeatable)")
 
 
-def _config_from_args(args) -> list[RunConfig]:
-    base, changes = config_and_changes(args)
+def _configs_from_args(args) -> list[RunConfig]:
+    base, changes = _base_and_changes(args)
     cfg = base.replace(**changes) if changes else base
     algos = [a.strip() for a in args.algos.split(",")] if args.algos else [cfg.algo]
     return [cfg.replace(algo=a) for a in algos]
 
 
-def config_and_changes(args, base: RunConfig | None = None) -> tuple[RunConfig, dict]:
+def _base_and_changes(args, base: RunConfig | None = None) -> tuple[RunConfig, dict]:
     """``base`` (else --preset, else the defaults) with the --config file merged in, and the changes the run
     flags and --set name (returned apart, so ``sweep`` can check them against its grid before applying them)."""
     if base is None:
-        from .presets import preset
-
         base = preset(args.preset) if args.preset else RunConfig()
     if args.config:
-        settings = read_config_file(args.config)
-        try:  # from_dict routes the file's top-level data fields (and data_seed) into "data"
-            base = RunConfig.from_dict(merge_settings(base.to_dict(), settings))
-        except ConfigError as err:
-            raise ConfigError(err.field, err.value, err.allowed, f"in config file {args.config}") from None
-    return base, flag_changes(args)
+        base = with_settings_file(base, args.config)
+    return base, _flag_changes(args)
 
 
-def flag_changes(args) -> dict:
+def _flag_changes(args) -> dict:
     """Config changes named by the run flags and ``--set KEY=VALUE`` (unknown keys are refused)."""
     changes = {}
     for flag in _RUN_FLAGS:
@@ -131,21 +140,22 @@ def flag_changes(args) -> dict:
     return changes
 
 
-def cmd_run(args) -> int:
-    from .record.run import json_safe
-    from .record.store import RunStore
+# ------------------------------------------------------------------------------------------------- run, data
 
-    cfgs = _config_from_args(args)
-    store = RunStore(args.store)
-    results, failed = [], []
+
+def cmd_run(args) -> int:
     from .data.federated import FederatedData
     from .engine.simulate import resolve_device
+
+    cfgs = _configs_from_args(args)
+    store = RunStore(args.store)
+    results, failed = [], []
 
     data = FederatedData.from_config(cfgs[0].data, resolve_device(cfgs[0].device))
     for cfg in cfgs:
         try:
-            run = store.get_or_run(cfg, data=data, progress=not args.no_progress and not args.json,
-                                   force=args.force)
+            run = get_or_run(cfg, store, data=data, progress=not args.no_progress and not args.json,
+                             force=args.force)
         except TrainingDiverged as err:
             # the other algorithms still run; the command ends non-zero with the message, every time
             failed.append(f"{cfg.algo}: {err}")
@@ -226,10 +236,144 @@ def _data_title(cfg: DataConfig) -> str:
     return f"{cfg.dataset}, {part}, {cfg.num_clients} clients"
 
 
+# ------------------------------------------------------------------------------------------------- sweep
+
+
+def _sweep_spec(args) -> SweepSpec:
+    """The sweep the command line asks for: a spec file or named sweep, then flags on top."""
+    if args.spec and args.sweep:
+        raise FedalaError("give either --spec FILE or --sweep NAME, not both")
+    base = preset(args.preset) if args.preset else None
+    if args.spec:
+        spec = SweepSpec.from_file(args.spec, base=base)
+    elif args.sweep:
+        spec = sweep_preset(args.sweep)
+        if base is not None:
+            spec = dataclasses.replace(spec, base=base)
+    else:
+        spec = SweepSpec(base=base or RunConfig(), name=args.name or "sweep")
+    if args.name:
+        spec = dataclasses.replace(spec, name=args.name)
+
+    cfg, changes = _base_and_changes(args, spec.base)  # applied after the clash check below
+
+    axes = {}
+    if args.algos:
+        axes["algo"] = [a.strip() for a in args.algos.split(",") if a.strip()]
+    for item in args.grid:
+        if "=" not in item:
+            raise FedalaError(f"--grid {item!r}: expected AXIS=V1,V2,… (e.g. --grid p=1,2,3)")
+        a, v = item.split("=", 1)
+        axes[axis_name(a)] = parse_values(v, a.strip())
+    if args.seeds:  # last, so that seeds vary fastest: a half-finished sweep has whole settings
+        axes["seed"] = parse_values(args.seeds, "seeds")
+    grid_axes = set(spec.axes) | set(axes)
+    clash = sorted(k for k in changes if k in grid_axes)
+    if clash:
+        raise FedalaError(f"--{clash[0].replace('_', '-')} sets a field that is also a grid axis; "
+                          f"change its values with --grid {clash[0]}=… instead")
+    if changes:
+        cfg = cfg.replace(**changes)
+    spec = dataclasses.replace(spec, base=cfg)
+    if axes:
+        spec = spec.with_axes(**axes)
+    if args.by:
+        spec = dataclasses.replace(spec, by=tuple(b.strip() for b in args.by.split(",") if b.strip()))
+    spec.expand()  # every grid point validated before anything runs
+    return spec
+
+
+def cmd_sweep(args) -> int:
+    if args.list:
+        for name, (_, text) in SWEEPS.items():
+            print(f"{name:<22} {text}")
+        return 0
+    spec = _sweep_spec(args)
+    store = RunStore(args.store)
+    pairs = spec.expand()
+    n_unique = len({c.key() for _, c in pairs})
+    if args.dry_run:
+        print(f"sweep {spec.name}: {len(pairs)} grid points, {n_unique} distinct runs; axes "
+              + ", ".join(f"{a}={list(v)}" for a, v in spec.grid))
+        seen = set()
+        for point, cfg in pairs:
+            k = cfg.key()
+            state = "stored" if store.has(cfg) else (
+                "same run as above" if k in seen else "to run")
+            seen.add(k)
+            print(f"  {json.dumps(point)}  {store.name_for(cfg)}  [{state}]")
+        return 0
+    workers = args.workers
+    if workers != "auto":
+        try:
+            workers = int(workers)
+        except ValueError:
+            raise ConfigError("workers", workers, "a positive integer or auto") from None
+    result = run_sweep(spec, store=store, workers=workers, ray=args.ray, ray_address=args.ray_address,
+                       shared_store=True if args.shared_store else None, threads=args.threads,
+                       gpus_per_run=args.gpus_per_run, force=args.force,
+                       progress=not args.no_progress and not args.json)
+    by = list(spec.table_by())
+    table = sweep_table(result, by)
+    if args.json:
+        for rec in table.to_dict(orient="records"):
+            print(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in rec.items()}))
+    else:
+        print(f"sweep {spec.name}: {len(pairs)} grid points, {n_unique} distinct runs "
+              f"({result.computed} computed, {n_unique - result.computed - len(result.failed)} from the store), "
+              f"{result.seconds:.1f} s")
+        print(table_markdown(table, by))
+    if args.out:
+        for p in save_sweep(result, args.out, by):
+            if not args.json:
+                print(f"wrote {p}")
+    for k, msg in result.failed.items():
+        sys.stderr.write(f"fedala-lab: run {k} failed: {msg}\n")
+    return 1 if result.failed else 0
+
+
+# ----------------------------------------------------------------------------------------------- figures
+
+
+def cmd_figures(args) -> int:
+    if args.list:
+        for k, s in FIGURES.items():
+            print(f"{k:<14} {s.paper:<34} {s.title}")
+        return 0
+    only = [k.strip() for k in args.only.split(",") if k.strip()] if args.only else None
+    formats = tuple(f.strip().lower().lstrip(".") for f in args.formats.split(",") if f.strip())
+    bad = [f for f in formats if f not in ("png", "pdf", "svg")]
+    if bad or not formats:
+        raise ConfigError("formats", args.formats, "a comma-separated subset of png, pdf, svg")
+    fig4 = None
+    if args.fig4:
+        try:
+            fig4 = tuple(int(v) for v in args.fig4.split(","))
+        except ValueError:
+            raise ConfigError("fig4", args.fig4, "K,FIRST,LAST (three integers)") from None
+        if len(fig4) != 3:
+            raise ConfigError("fig4", args.fig4, "K,FIRST,LAST (three integers)")
+    tic = time.perf_counter()
+    out = args.out or default_out(args.preset)
+    entries = run_figures(args.preset, only=only, out=out, store=args.store, progress=not args.no_progress,
+                          formats=formats, dpi=args.dpi, rounds=args.rounds, seeds=args.seeds, fig4=fig4,
+                          device=args.device)
+    print(f"{len(entries)} figure(s) in {time.perf_counter() - tic:.1f} s → {Path(out) / 'README.md'}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------ parsers
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fedala-lab", description="Personalised federated learning: FedAvg, FedProx, FedALA.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for add in (_add_run, _add_data, _add_app, _add_figures, _add_sweep):
+        add(sub)
+    return parser
 
+
+def _add_run(sub) -> None:
     r = sub.add_parser("run", help="simulate one or more algorithms and print best/final accuracy")
     _add_run_flags(r)
     r.add_argument("--store", default=None, help="run store folder (default: $FEDALA_LAB_RUNS or ./runs)")
@@ -238,6 +382,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--force", action="store_true", help="recompute even if the store has the run")
     r.set_defaults(func=cmd_run)
 
+
+def _add_data(sub) -> None:
     d = sub.add_parser("data", help="partition a dataset and draw who holds which labels (Fig. 6–9)")
     d.add_argument("--dataset", default=None)
     d.add_argument("--partition", default=None)
@@ -256,16 +402,62 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--csv", default=None, help="also write the drawn counts as CSV")
     d.set_defaults(func=cmd_data)
 
-    # Subcommands defined next to the code they drive: each module has add_subcommand(sub), which adds
-    # its parser and sets func. Listed here so `fedala-lab --help` shows them all.
-    import importlib
 
-    for module in _SUBCOMMAND_MODULES:
-        importlib.import_module(module).add_subcommand(sub)
-    return parser
+def _add_app(sub) -> None:
+    a = sub.add_parser("app", help="start the lecture app (Gradio) on http://127.0.0.1:7860")
+    webapp.add_arguments(a)  # shared with app.py
+    a.set_defaults(func=webapp.cmd_app)
 
 
-_SUBCOMMAND_MODULES: list[str] = ["fedala_lab.webapp", "fedala_lab.figures.paper", "fedala_lab.sweep"]
+def _add_figures(sub) -> None:
+    p = sub.add_parser("figures", help="regenerate the paper's figures and tables from (cached) runs")
+    p.add_argument("--preset", choices=["quick", "paper"], default="quick",
+                   help="quick: digits, minutes on a CPU; paper: the shared MNIST partition, GPU scale")
+    p.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(FIGURES)}")
+    p.add_argument("--out", default=None, help="output folder (default: figures/ for quick, figures/paper/ for "
+                   "paper, so a GPU run does not overwrite the committed quick figures)")
+    p.add_argument("--store", default=None, help="run store folder (default: $FEDALA_LAB_RUNS or ./runs)")
+    p.add_argument("--formats", default="png,pdf", help="image formats (default: png,pdf)")
+    p.add_argument("--dpi", type=int, default=100, help="PNG resolution (default: 100)")
+    p.add_argument("--rounds", type=int, default=None, help="override the rounds of every run except Fig. 4's")
+    p.add_argument("--seeds", type=int, default=None, help="override the number of seeds")
+    p.add_argument("--fig4", default=None, metavar="K,FIRST,LAST", help="override Fig. 4's protocol")
+    p.add_argument("--device", default=None, help="override every run's device (auto, cpu, cuda)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--list", action="store_true", help="list the figures and exit")
+    p.set_defaults(func=cmd_figures)
+
+
+def _add_sweep(sub) -> None:
+    p = sub.add_parser("sweep", help="run a grid (algorithms × seeds × p × s × β × clients …) and print "
+                                     "mean ± std tables",
+                       description="Run every point of a grid of configs (skipping those already in the run "
+                                   "store) and aggregate best/final accuracy over seeds.")
+    p.add_argument("--spec", type=Path, help="sweep file (YAML/JSON): name, preset, config, grid, by")
+    p.add_argument("--sweep", help="a named reproduction sweep: " + ", ".join(SWEEPS))
+    p.add_argument("--list", action="store_true", help="list the named sweeps and exit")
+    p.add_argument("--name", help="name of the sweep (progress bar, table heading)")
+    _add_run_flags(p)  # --preset, --config, --algos (an axis), every run flag (the base), --set
+    p.add_argument("--seeds", help="seed axis: 0,1,2 or 0-4")
+    p.add_argument("--grid", action="append", default=[], metavar="AXIS=V1,V2",
+                   help="another axis, e.g. --grid p=1,2,3 --grid beta=0.1,0.5 (repeatable)")
+    p.add_argument("--by", help="table rows, comma-separated (default: every axis but the seeds)")
+    p.add_argument("--workers", default="auto", help="auto (default) = one process per CPU core, sequential "
+                                                     "on a GPU; 1 = sequential in this process; n = n processes")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1: robust on a "
+                                                          "shared CPU, see docs/design.md#performance)")
+    p.add_argument("--ray", action="store_true", help="run on a Ray started here (pip install ray)")
+    p.add_argument("--ray-address", default=None, help="run on this Ray cluster (auto, ray://host:10001)")
+    p.add_argument("--shared-store", action="store_true",
+                   help="with --ray-address: the store is on a filesystem every node sees (workers write it)")
+    p.add_argument("--gpus-per-run", type=float, default=0.0, help="Ray: GPUs reserved per run (e.g. 0.5)")
+    p.add_argument("--store", default=None, help="run store folder (default: $FEDALA_LAB_RUNS or ./runs)")
+    p.add_argument("--out", default=None, help="folder for runs.csv, table.csv and table.md")
+    p.add_argument("--dry-run", action="store_true", help="list the grid points and what is stored; run nothing")
+    p.add_argument("--json", action="store_true", help="the table as one JSON object per row")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--force", action="store_true", help="recompute runs even if the store has them")
+    p.set_defaults(func=cmd_sweep)
 
 
 def main(argv: list[str] | None = None) -> int:

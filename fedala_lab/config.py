@@ -1,7 +1,7 @@
 """Run configuration: frozen dataclasses, validated on construction.
 
-Every field says why it exists. Defaults follow the FedALA reference code (SPEC §1–2); where the project
-departs, the field that restores the reference behaviour is named in the comment.
+Every field says why it exists. Defaults follow the FedALA reference code (docs/design.md#ala); where the
+project departs, the field that restores the reference behaviour is named in the comment.
 
 A config is a value: ``replace(cfg, lr=0.1)`` makes a new one (and validates it). ``cfg.key()`` is the
 hash that names its run folder; it covers only the fields that can change the result (for example ``mu``
@@ -37,11 +37,18 @@ def pool_directory(dataset) -> str | None:
 PARTITIONS = ("iid", "pathological", "dirichlet")
 MODELS = ("auto", "fedavgcnn", "smallcnn", "mlp", "resnet18", "fasttext")
 BACKENDS = ("auto", "vectorised", "loop")
-# Algorithm names. "fedala" is "fedavg+ala" (the paper's FedALA is ALA on a FedAvg server).
-ALGORITHMS = (
-    "fedavg", "fedprox", "fedala", "fedavg+ala", "fedprox+ala",
-    "fedavg-c", "fedprox-c", "local", "fedlama", "fedlama+ala",
-)
+# Every algorithm: config name -> the papers' spelling (legends, tables, the app). The one list of both.
+# "fedala" is "fedavg+ala" (the paper's FedALA is ALA on a FedAvg server).
+ALGORITHMS = {
+    "fedavg": "FedAvg", "fedprox": "FedProx", "fedala": "FedALA", "fedavg+ala": "FedAvg+ALA",
+    "fedprox+ala": "FedProx+ALA", "fedavg-c": "FedAvg-C", "fedprox-c": "FedProx-C", "local": "Local",
+    "fedlama": "FedLAMA", "fedlama+ala": "FedLAMA+ALA",
+}
+
+
+def algo_label(algo: str) -> str:
+    """The papers' spelling of an algorithm name (``fedala`` → ``FedALA``); unknown names as they are."""
+    return ALGORITHMS.get(algo, algo)
 
 
 # Upper bounds on work counts. Not physics, but a typo guard: a round of the smallest problem takes
@@ -104,7 +111,7 @@ def _bool(name, value):
 
 @dataclass(frozen=True)
 class DataConfig:
-    """Which data, and how it is split among clients (SPEC §3)."""
+    """Which data, and how it is split among clients (docs/design.md#data)."""
 
     # "digits" (scikit-learn, offline, the default), a torchvision name, or "pfllib:<dir>" for a
     # partition directory written by PFLlib / the FedALA repository (used as is: no re-partitioning).
@@ -118,7 +125,8 @@ class DataConfig:
     classes_per_client: int = 2
     # Pathological: equal shares of a class among its clients (PFLlib's balance flag) instead of random.
     balance: bool = False
-    # Dirichlet: redraw until every client has this many samples; None = min(40, N / clients / 2) (SPEC).
+    # Dirichlet: redraw until every client has this many samples; None = min(40, N / clients / 2)
+    # (docs/design.md#data).
     least_samples: int | None = None
     # Fraction of each client's samples used for training; the rest is its test split (paper: 0.75).
     train_ratio: float = 0.75
@@ -195,7 +203,7 @@ class RunConfig:
     drop_last: bool = True
     # FedProx proximal coefficient μ (paper grid choice 0.001). μ = 0 is FedAvg.
     mu: float = 0.001
-    # ALA (SPEC §1): η weight learning rate, s percent of the train split, p top blocks.
+    # ALA (docs/design.md#ala): η weight learning rate, s percent of the train split, p top blocks.
     eta: float = 1.0
     s: float = 80.0
     p: int = 1
@@ -214,8 +222,8 @@ class RunConfig:
     # FedLAMA: base interval τ0 (steps) and interval factor φ (FedAvg is φ = 1).
     tau0: int = 10
     phi: int = 2
-    # FedLAMA interval rule: "spec" (SPEC §6: layers are long while δ_l < 1 − λ_l; the crossing layer keeps
-    # τ0) or "authors" (the authors' code also relaxes the crossing layer — on the MNIST CNN, whose fc1 is
+    # FedLAMA interval rule: "spec" (docs/design.md#fedlama: layers are long while δ_l < 1 − λ_l; the crossing
+    # layer keeps τ0) or "authors" (the authors' code also relaxes the crossing layer — on the MNIST CNN, whose fc1 is
     # 90 % of the parameters and crosses first, only this rule saves communication).
     lama_rule: str = "spec"
     seed: int = 0
@@ -458,6 +466,35 @@ def parse_value(text: str):
         except ValueError:
             pass
     return text
+
+
+def parse_values(text: str, name: str) -> list:
+    """A list of values written as text: ``"0,1,2"`` (each by :func:`parse_value`) or ``"0-4"`` (an integer
+    range, both ends included). ``name`` is the setting the error names."""
+    out: list = []
+    for t in (t.strip() for t in text.split(",")):
+        if not t:
+            continue
+        lo, sep, hi = t.partition("-")
+        if sep and lo.isdigit() and hi.isdigit():
+            if int(hi) < int(lo):
+                raise ConfigError(name, t, "a range low-high with low <= high")
+            out.extend(range(int(lo), int(hi) + 1))
+        else:
+            out.append(parse_value(t))
+    if not out:
+        raise ConfigError(name, text, "a comma-separated list of values")
+    return out
+
+
+def with_settings_file(cfg: RunConfig, path: str | os.PathLike) -> RunConfig:
+    """``cfg`` with the settings of a JSON or YAML file (:func:`read_config_file`) merged in; a bad setting
+    raises the ConfigError naming it and the file."""
+    settings = read_config_file(path)
+    try:  # from_dict routes the file's top-level data fields (and data_seed) into "data"
+        return RunConfig.from_dict(merge_settings(cfg.to_dict(), settings))
+    except ConfigError as err:
+        raise ConfigError(err.field, err.value, err.allowed, f"in config file {path}") from None
 
 
 def read_config_file(path: str | os.PathLike) -> dict:

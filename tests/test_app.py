@@ -17,7 +17,8 @@ from conftest import APP_SMALL
 gr = pytest.importorskip("gradio")
 
 from fedala_lab.errors import ConfigError
-from fedala_lab.presets import preset
+from fedala_lab.experiments.presets import preset
+from fedala_lab.experiments.runs import get_or_run
 from fedala_lab.record.store import RunStore
 from fedala_lab.webapp import ui
 
@@ -178,7 +179,7 @@ def test_ala_inside_recomputes_when_the_client_was_not_tracked(app):
     # 24 clients: "auto" tracking keeps the first 4 clients' weights only
     settings = {**SMALL, "partition": "iid", "num_clients": 24, "rounds": 3}
     cfg = ui.make_config(algo="fedala", **settings)
-    app.store.get_or_run(cfg, progress=False)
+    get_or_run(cfg, app.store, progress=False)
     assert 17 not in app.store.find(cfg).tracked_clients()
     w_fig, *_ = app.ala(17, 3, **settings)
     assert 17 in app.store.find(cfg).tracked_clients()

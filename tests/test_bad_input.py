@@ -20,7 +20,7 @@ from conftest import make_ragged_data, small_cfg
 from fedala_lab.cli import main
 from fedala_lab.config import DataConfig, RunConfig, read_config_file
 from fedala_lab.errors import ConfigError, DataError, FedalaError
-from fedala_lab.presets import preset
+from fedala_lab.experiments.presets import preset
 
 # ------------------------------------------------------------------------------------------ library
 
@@ -136,11 +136,12 @@ ENGINE = [
 
 @pytest.mark.parametrize("what,changes,pattern", ENGINE, ids=[r[0] for r in ENGINE])
 def test_simulation_refuses_before_any_work(what, changes, pattern, tmp_path):
+    from fedala_lab.experiments.runs import get_or_run
     from fedala_lab.record.store import RunStore
 
     store = RunStore(tmp_path / "store")
     with pytest.raises(ConfigError, match=pattern):
-        store.get_or_run(small_cfg(**changes), data=make_ragged_data(), progress=False)
+        get_or_run(small_cfg(**changes), store, data=make_ragged_data(), progress=False)
     assert not (tmp_path / "store").exists()  # nothing written, not even a lock
 
 

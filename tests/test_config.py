@@ -5,7 +5,7 @@ import pytest
 
 from fedala_lab.config import DataConfig, RunConfig
 from fedala_lab.errors import ConfigError
-from fedala_lab.presets import preset
+from fedala_lab.experiments.presets import preset
 
 
 @pytest.mark.parametrize("field,value,pattern", [

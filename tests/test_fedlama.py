@@ -16,6 +16,7 @@ from fedala_lab.algorithms.fedlama import assign_intervals, window_start
 from fedala_lab.analysis import fedlama as lama
 from fedala_lab.engine.simulate import Simulation
 from fedala_lab.errors import ConfigError, RunCancelled
+from fedala_lab.experiments.runs import comparison_runs, get_or_run
 from fedala_lab.record.store import RunStore
 
 METRICS = ["test_acc", "test_loss", "train_loss", "init_loss", "trained_loss", "test_correct", "test_num"]
@@ -195,7 +196,7 @@ def test_vectorised_equals_loop_with_relaxed_layers(algo, ragged):
 
 
 def test_local_steps_must_be_tau0():
-    from fedala_lab.presets import preset
+    from fedala_lab.experiments.presets import preset
 
     with pytest.raises(ConfigError, match="local_steps=10 is not allowed: unset or equal to tau0=5"):
         Simulation(preset("teach-fedlama", tau0=5))
@@ -207,7 +208,7 @@ def test_local_steps_must_be_tau0():
 def test_tables_survive_the_store_and_a_resume(ragged, tmp_path):
     cfg = small_cfg(algo="fedlama", tau0=2, phi=2, rounds=5, join_ratio=0.6, shuffle=True, checkpoint_every=2)
     store = RunStore(tmp_path / "runs")
-    fresh = store.get_or_run(cfg, data=ragged, progress=False)
+    fresh = get_or_run(cfg, store, data=ragged, progress=False)
     loaded = store.load(store.dir_for(cfg).name)
     assert set(loaded.tables) == {"lama_layers", "lama_adjust"}
     for name, df in fresh.tables.items():
@@ -230,9 +231,9 @@ def test_tables_survive_the_store_and_a_resume(ragged, tmp_path):
 @pytest.fixture(scope="module")
 def teach_runs():
     """FedAvg(τ0), FedAvg(φτ0) and FedLAMA(τ0, φ) on the teach problem, 6 rounds of τ0 = 10 steps."""
-    from fedala_lab.presets import preset
+    from fedala_lab.experiments.presets import preset
 
-    return lama.comparison_runs(preset("teach-fedlama", rounds=6))
+    return comparison_runs(preset("teach-fedlama", rounds=6))
 
 
 def test_comparison_frame_and_curves(teach_runs):
@@ -277,7 +278,7 @@ def test_displays_draw_the_computed_data(teach_runs):
 
 
 def test_fedlama_figures_writes_files(tmp_path):
-    from fedala_lab.figures.fedlama import fedlama_figures
+    from fedala_lab.reproduce import fedlama_figures
 
     out = fedlama_figures(tmp_path / "figs", preset="quick", store=tmp_path / "runs", overrides={"rounds": 3})
     assert len(out) == 4

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from fedala_lab.analysis.tables import format_mean_std
-from fedala_lab.presets import preset
+from fedala_lab.experiments.presets import preset
+from fedala_lab.experiments.runs import get_or_run
 from fedala_lab.record.store import RunStore
 
 ROUNDS = 6
@@ -31,9 +32,9 @@ def runs(store):
     out = {}
     for algo in ("fedavg", "fedprox", "fedala", "fedprox+ala"):
         for seed in (0, 1):
-            out[algo, seed] = store.get_or_run(cfg(algo=algo, seed=seed), progress=False)
-    out["p2", 0] = store.get_or_run(cfg(algo="fedala", p=2, seed=0), progress=False)
-    out["s20", 0] = store.get_or_run(cfg(algo="fedala", s=20, seed=0), progress=False)
+            out[algo, seed] = get_or_run(cfg(algo=algo, seed=seed), store, progress=False)
+    out["p2", 0] = get_or_run(cfg(algo="fedala", p=2, seed=0), store, progress=False)
+    out["s20", 0] = get_or_run(cfg(algo="fedala", s=20, seed=0), store, progress=False)
     return out
 
 
@@ -235,7 +236,7 @@ def test_trajectory_display_artists(tmp_path):
 
 
 def test_paper_plan_points_at_the_shared_mnist_partition():
-    from fedala_lab.figures.paper import build_plan
+    from fedala_lab.experiments.plans import build_plan
 
     plan = build_plan("paper")
     assert plan.practical.data.dataset.startswith("pfllib:")
@@ -259,7 +260,7 @@ def test_paper_plan_points_at_the_shared_mnist_partition():
 
 
 def test_describe_configs_names_what_differs():
-    from fedala_lab.figures.paper import describe_configs
+    from fedala_lab.figures.index import describe_configs
 
     base = preset("teach")
     text = describe_configs([base.replace(algo=a, seed=s) for a in ("fedavg", "fedala") for s in (0, 1)],
@@ -271,7 +272,7 @@ def test_describe_configs_names_what_differs():
 def test_figures_command_end_to_end(tmp_path, capsys):
     """All figures of the quick preset, scaled down (3 rounds, 1 seed), then again from the store."""
     from fedala_lab.cli import main
-    from fedala_lab.figures.paper import FIGURES
+    from fedala_lab.reproduce import FIGURES
 
     out, runs = tmp_path / "figs", tmp_path / "runs"
     args = ["figures", "--out", str(out), "--store", str(runs), "--rounds", "3", "--seeds", "1",

@@ -12,8 +12,9 @@ import torch
 
 from fedala_lab.analysis.landscape import compute_landscape, pca_directions, project
 from fedala_lab.errors import ConfigError, DataError
-from fedala_lab.figures.paper import fig4_configs, fig4_runs
-from fedala_lab.presets import preset
+from fedala_lab.experiments.plans import fig4_configs
+from fedala_lab.experiments.presets import preset
+from fedala_lab.experiments.runs import fig4_runs, get_or_run
 from fedala_lab.record.store import RunStore
 
 K, WINDOW, CLIENT = 3, (2, 6), 4
@@ -103,7 +104,7 @@ def test_fig4_runs_reuses_the_store_and_adds_missing_snapshots(store, runs):
     assert [r.path for r in again] == [r.path for r in runs]
     # the same result recorded without snapshots (they are not part of the key) is recomputed with them
     cfg = tiny_pat(rounds=4, algo="fedavg")
-    plain = store.get_or_run(cfg, progress=False)
+    plain = get_or_run(cfg, store, progress=False)
     assert "snap_rounds/1" not in plain.arrays
     fa, _ = fig4_runs(tiny_pat(), K=2, window=(3, 4), client=1, store=store)
     assert fa.config.key() == cfg.key()

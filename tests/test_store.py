@@ -14,6 +14,7 @@ import pytest
 from conftest import small_cfg
 
 from fedala_lab.errors import DataError, TrainingDiverged
+from fedala_lab.experiments.runs import get_or_run
 from fedala_lab.record.run import Run
 from fedala_lab.record.store import RunStore
 
@@ -25,11 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_get_or_run_caches_and_roundtrips(ragged, tmp_path):
     store = RunStore(tmp_path)
     cfg = small_cfg(algo="fedala", rounds=3, snapshot_clients="1")
-    run = store.get_or_run(cfg, data=ragged, progress=False)
+    run = get_or_run(cfg, store, data=ragged, progress=False)
     d = store.dir_for(cfg)
     assert run.path == d and (d / "manifest.json").is_file()
     assert d.name.startswith("fedala-digits-dir0.1-n5-r3-s0-") and d.name.endswith(cfg.key())
-    again = store.get_or_run(cfg, data=None, progress=False)  # no data needed: it is a cache hit
+    again = get_or_run(cfg, store, data=None, progress=False)  # no data needed: it is a cache hit
     pd.testing.assert_frame_equal(run.clients, again.clients)
     pd.testing.assert_frame_equal(run.rounds, again.rounds)
     pd.testing.assert_frame_equal(run.ala, again.ala)
@@ -49,7 +50,7 @@ def test_folder_without_manifest_is_not_a_run(ragged, tmp_path):
     assert store.find(cfg) is None
     with pytest.raises(DataError, match="not a finished run"):
         Run.load(d)
-    run = store.get_or_run(cfg, data=ragged, progress=False)  # replaces the stale folder
+    run = get_or_run(cfg, store, data=ragged, progress=False)  # replaces the stale folder
     assert (d / "manifest.json").is_file() and run.path == d
 
 
@@ -64,14 +65,14 @@ def test_diverged_run_is_saved_with_its_status_and_never_served_as_finished(ragg
     store = RunStore(tmp_path)
     cfg = small_cfg(algo="fedavg", lr=1e20, rounds=4)
     with pytest.raises(TrainingDiverged) as first:
-        store.get_or_run(cfg, data=ragged, progress=False)
+        get_or_run(cfg, store, data=ragged, progress=False)
     assert store.find(cfg, diverged=True).status == "diverged"
     # kept for inspection, but neither "had" nor found as a result
     assert not store.has(cfg) and store.find(cfg) is None
     assert store.status(cfg).state == "diverged"
     # asked again: the same error, with the same message, straight from the store (no recomputation)
     with pytest.raises(TrainingDiverged) as again:
-        store.get_or_run(cfg, data=ragged, progress=False, callback=lambda sim, row: pytest.fail("recomputed"))
+        get_or_run(cfg, store, data=ragged, progress=False, callback=lambda sim, row: pytest.fail("recomputed"))
     assert str(again.value) == str(first.value)
     assert again.value.run is not None and again.value.run.status == "diverged"
 
@@ -80,13 +81,13 @@ SCRIPT = textwrap.dedent("""
     import sys, time, json
     sys.path.insert(0, {tests!r})
     from conftest import make_ragged_data, small_cfg
-    from fedala_lab.record.store import RunStore
+    from fedala_lab.experiments.runs import get_or_run
     cfg = small_cfg(algo="fedala", rounds=6, checkpoint_every=1, shuffle=True)
     slow = float(sys.argv[2])
     def cb(sim, row):
         print("round", row["round"], flush=True)
         time.sleep(slow)
-    run = RunStore(sys.argv[1]).get_or_run(cfg, data=make_ragged_data(), progress=False, callback=cb)
+    run = get_or_run(cfg, sys.argv[1], data=make_ragged_data(), progress=False, callback=cb)
     print("DONE", json.dumps(run.summary()), flush=True)
 """)
 
@@ -110,10 +111,10 @@ def test_killed_run_resumes_to_the_same_result(ragged, tmp_path):
     cfg = small_cfg(algo="fedala", rounds=6, checkpoint_every=1, shuffle=True)
     assert store.find(cfg) is None and store.checkpoint_for(cfg).is_file()
     rounds_seen = []
-    resumed = store.get_or_run(cfg, data=ragged, progress=False,
-                               callback=lambda sim, row: rounds_seen.append(row["round"]))
+    resumed = get_or_run(cfg, store, data=ragged, progress=False,
+                         callback=lambda sim, row: rounds_seen.append(row["round"]))
     assert rounds_seen[0] >= 4  # it continued, it did not start over
-    fresh = RunStore(tmp_path / "fresh").get_or_run(cfg, data=ragged, progress=False)
+    fresh = get_or_run(cfg, RunStore(tmp_path / "fresh"), data=ragged, progress=False)
     pd.testing.assert_frame_equal(fresh.clients.drop(columns="seconds"), resumed.clients.drop(columns="seconds"))
     pd.testing.assert_frame_equal(fresh.ala, resumed.ala)
 
@@ -156,12 +157,12 @@ def _damage(folder, how):
 def test_a_damaged_run_folder_is_reported_and_replaced(how, ragged, tmp_path):
     store = RunStore(tmp_path)
     cfg = small_cfg(algo="fedavg", rounds=2)
-    first = store.get_or_run(cfg, data=ragged, progress=False)
+    first = get_or_run(cfg, store, data=ragged, progress=False)
     _damage(first.path, how)
     with pytest.warns(UserWarning, match="damaged"):
         assert store.find(cfg) is None  # never served as a finished run
     with pytest.warns(UserWarning, match="damaged"):
-        again = store.get_or_run(cfg, data=ragged, progress=False)  # recomputed, and the folder replaced
+        again = get_or_run(cfg, store, data=ragged, progress=False)  # recomputed, and the folder replaced
     assert again.path == first.path and store.has(cfg)
     fresh = store.find(cfg)
     pd.testing.assert_frame_equal(fresh.rounds.drop(columns=_TIMES), first.rounds.drop(columns=_TIMES))
@@ -185,7 +186,7 @@ def test_leftovers_of_dead_writers_are_swept(ragged, tmp_path):
     torn = tmp_path / ".checkpoints" / f".fedavg-x.pt.{dead.pid}.tmp"
     torn.write_bytes(b"torn")
     store = RunStore(tmp_path)
-    store.get_or_run(small_cfg(algo="fedavg", rounds=1), data=ragged, progress=False)
+    get_or_run(small_cfg(algo="fedavg", rounds=1), store, data=ragged, progress=False)
     assert not stale.exists() and not torn.exists()
     assert alive.exists()  # a writer still at work
     assert foreign.exists()  # another machine's: swept only when a day old
@@ -199,7 +200,7 @@ def test_manifests_of_older_versions_still_load(ragged, tmp_path):
 
     store = RunStore(tmp_path)
     cfg = small_cfg(algo="fedavg", rounds=1)
-    run = store.get_or_run(cfg, data=ragged, progress=False)
+    run = get_or_run(cfg, store, data=ragged, progress=False)
     man = json.loads((run.path / "manifest.json").read_text())
     man["files"] = list(man["files"])  # names only, as before sizes and hashes were recorded
     (run.path / "manifest.json").write_text(json.dumps(man))

@@ -13,11 +13,15 @@ import pytest
 import torch
 from conftest import make_ragged_data, small_cfg
 
+from fedala_lab.analysis.tables import sweep_table, table_markdown
 from fedala_lab.cli import main
-from fedala_lab.config import DataConfig
+from fedala_lab.config import DataConfig, parse_values
 from fedala_lab.errors import ConfigError, FedalaError
-from fedala_lab.presets import preset
-from fedala_lab.sweep import SweepSpec, _parse_list, mnist_pathological_dataset, run_sweep, sweep_preset
+from fedala_lab.experiments.plans import SweepSpec, sweep_preset
+from fedala_lab.experiments.presets import mnist_pathological_dataset, preset
+from fedala_lab.experiments.sweeps import run_sweep
+from fedala_lab.figures import AblationDisplay, AccuracyTable
+from fedala_lab.reproduce import save_sweep
 
 # The issue's "done when" grid: 2 algorithms × 2 values of p × 3 seeds, on the teach problem made tiny.
 TINY = {"rounds": 3, "num_clients": 10, "eval_every": 1}
@@ -51,8 +55,8 @@ def test_grid_expands_validates_and_dedupes():
         SweepSpec(preset("teach"), {"p": []})
     with pytest.raises(ConfigError, match="beta"):
         SweepSpec(preset("teach"), {"beta": [0.1, -1.0]}).expand()
-    assert _parse_list("0-4", "seeds") == [0, 1, 2, 3, 4]
-    assert _parse_list("0.1,0.5,fedala", "x") == [0.1, 0.5, "fedala"]
+    assert parse_values("0-4", "seeds") == [0, 1, 2, 3, 4]
+    assert parse_values("0.1,0.5,fedala", "x") == [0.1, 0.5, "fedala"]
 
 
 def test_spec_file_yaml_and_json(tmp_path):
@@ -116,7 +120,7 @@ def local_result(tmp_path_factory):
 def test_local_sweep_table_resume_and_displays(local_result, tmp_path):
     res, store = local_result
     assert res.computed == 9 and not res.failed and len(res.frame) == 12 and len(res.runs) == 12
-    table = res.table()
+    table = sweep_table(res)
     assert table[["algo", "p"]].values.tolist() == [["fedavg", 1], ["fedavg", 2], ["fedala", 1], ["fedala", 2]]
     assert (table["n_seeds"] == 3).all()
     # the table is the mean/std of the runs' own numbers (%)
@@ -131,16 +135,16 @@ def test_local_sweep_table_resume_and_displays(local_result, tmp_path):
     # a second call finds everything in the store: nothing recomputed, the same table
     again = run_sweep(grid_2x2x3(), store=store, workers=1, progress=False)
     assert again.computed == 0
-    pd.testing.assert_frame_equal(again.table(), table)
-    md = res.to_markdown()
+    pd.testing.assert_frame_equal(sweep_table(again), table)
+    md = table_markdown(sweep_table(res))
     assert md.splitlines()[0] == "| algo | p | best acc % | final acc % | seeds |" and md.count("\n") == 5
-    paths = res.save(tmp_path / "out")
+    paths = save_sweep(res, tmp_path / "out")
     assert [p.name for p in paths] == ["runs.csv", "table.csv", "table.md"] and all(p.is_file() for p in paths)
     assert len(pd.read_csv(paths[0])) == 12
     # feeding the displays
-    t = res.accuracy_display(plot=False)
+    t = AccuracyTable.from_runs(res.complete_runs(), plot=False)
     assert set(t.stats_["algo"]) == {"fedavg", "fedala"} and (t.stats_["n_seeds"] == 3).all()
-    abl = res.ablation_display("p", algo="fedala")
+    abl = AblationDisplay.from_runs([r for r in res.complete_runs() if r.config.algo == "fedala"], param="p")
     assert abl.frame_["p"].tolist() == [1, 2] and len(abl.errorbars_) == 2
 
 
@@ -177,7 +181,7 @@ def test_ray_gives_the_same_tables_as_local(local_ray, local_result, tmp_path):
     res, _ = local_result
     on_ray = run_sweep(grid_2x2x3(), store=tmp_path / "ray-store", ray=True, progress=False)
     assert on_ray.computed == 9 and not on_ray.failed
-    pd.testing.assert_frame_equal(on_ray.table(), res.table())  # identical, not just close
+    pd.testing.assert_frame_equal(sweep_table(on_ray), sweep_table(res))  # identical, not just close
     cols = ["algo", "p", "seed", "best_acc", "final_acc", "best_round", "key"]
     pd.testing.assert_frame_equal(on_ray.frame[cols], res.frame[cols])
     # a cluster whose workers cannot see the store: the runs come back through Ray and are saved here

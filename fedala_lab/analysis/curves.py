@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from ..config import algo_label
 from ..errors import ConfigError
 
 # per-round columns of Run.rounds that make sense as curves, with their axis label and scale to percent
@@ -35,7 +36,7 @@ def run_label(run, labels: dict | Sequence[str] | None = None, index: int = 0) -
             return str(labels[run])
     elif labels is not None:
         return str(list(labels)[index])
-    return algo_name(run.config.algo)
+    return algo_label(run.config.algo)
 
 
 def unique_labels(runs: Sequence, labels=None) -> list[str]:
@@ -46,16 +47,6 @@ def unique_labels(runs: Sequence, labels=None) -> list[str]:
         seen[lab] = seen.get(lab, 0) + 1
         out.append(lab if seen[lab] == 1 else f"{lab} ({seen[lab]})")
     return out
-
-
-_NAMES = {"fedavg": "FedAvg", "fedprox": "FedProx", "fedala": "FedALA", "fedavg+ala": "FedAvg+ALA",
-          "fedprox+ala": "FedProx+ALA", "fedavg-c": "FedAvg-C", "fedprox-c": "FedProx-C", "local": "Local",
-          "fedlama": "FedLAMA", "fedlama+ala": "FedLAMA+ALA"}
-
-
-def algo_name(algo: str) -> str:
-    """The paper's spelling of an algorithm name (``fedala`` → ``FedALA``)."""
-    return _NAMES.get(algo, algo)
 
 
 def ala_loss_curve(run, client: int) -> pd.DataFrame:

@@ -1,7 +1,7 @@
 """FedLAMA analysis (compute only): communication cost, δ_l / 1 − λ_l curves, interval timelines, and
 accuracy against the share of FedAvg(τ0)'s communication (the layout of the paper's Tables 1–4).
 
-    >>> runs = comparison_runs(preset("teach-fedlama"), store="runs")     # FedAvg(τ0), FedAvg(φτ0), FedLAMA
+    >>> runs = comparison_runs(preset("teach-fedlama"), store="runs")     # fedala_lab.experiments.runs
     >>> comm_accuracy_frame(runs)                                         # one row per run
     >>> lama_curves(runs["FedLAMA(τ0=10, φ=2)"])                          # the paper's Fig. 1 data
 
@@ -29,9 +29,8 @@ import numpy as np
 import pandas as pd
 
 from ..algorithms.fedlama import TABLE_ADJUST, TABLE_LAYERS
-from ..config import RunConfig
+from ..config import RunConfig, algo_label
 from ..record.run import Run
-from .curves import algo_name
 
 # --------------------------------------------------------------------------------------------------
 # per run
@@ -180,7 +179,7 @@ def comparison_label(run: Run) -> str:
     cfg = run.config
     spr = steps_per_round(cfg)
     # fedavg+ala is FedALA itself, so both spellings share a label here
-    name = "FedALA" if cfg.algo == "fedavg+ala" else algo_name(cfg.algo)
+    name = algo_label("fedala" if cfg.algo == "fedavg+ala" else cfg.algo)
     if cfg.uses_lama:
         return f"{name}(τ0={cfg.tau0}, φ={cfg.phi})"
     return f"{name}({spr} steps)" if spr else name
@@ -231,7 +230,7 @@ def _compare(runs: Mapping[str, Run] | Iterable[Run], reference: str | None) -> 
 def comm_accuracy_frame(runs: Mapping[str, Run] | Iterable[Run], *, reference: str | None = None) -> pd.DataFrame:
     """One row per run: communication and accuracy, the layout of the paper's Tables 1–4.
 
-    ``runs``: {label: Run} (as from :func:`comparison_runs`) or Runs (labelled by :func:`comparison_label`).
+    ``runs``: {label: Run} (as from :func:`fedala_lab.experiments.runs.comparison_runs`) or Runs (labelled by :func:`comparison_label`).
     ``reference``: the label of FedAvg(τ0) (default: the FedAvg run with the fewest steps per round).
     Columns: label, algo, steps_per_round, tau0, phi, rounds, total_steps, comm (C, parameters per client),
     comm_pct (% of the reference's C), bytes_up, bytes_down, best_acc / final_acc (%, on the steps all
@@ -292,59 +291,3 @@ def _curves(cmp: _Compared) -> pd.DataFrame:
             "comm_pct": 100.0 * before.reindex(rounds).to_numpy() / cmp.ref_cost, "acc": 100 * acc.to_numpy(),
         }))
     return pd.concat(frames, ignore_index=True)
-
-
-# --------------------------------------------------------------------------------------------------
-# the comparison protocol (FedLAMA's Tables 1–4): same local steps, three ways to synchronise
-
-
-def comparison_configs(base: RunConfig, *, tau0: int | None = None, phi: int | None = None,
-                       with_ala: bool = False) -> dict[str, RunConfig]:
-    """FedAvg(τ0), FedAvg(φτ0) and FedLAMA(τ0, φ) on ``base``'s data and hyper-parameters.
-
-    All three do the same local SGD steps in all: FedAvg(φτ0) runs (rounds − 1) // φ + 1 rounds of φ·τ0
-    steps, so its evaluations fall on the steps where FedLAMA's model is fully synchronised. ``with_ala``
-    adds FedALA(τ0) (ALA on FedAvg(τ0)) and FedLAMA+ALA(τ0, φ).
-    """
-    tau0 = base.tau0 if tau0 is None else tau0
-    phi = base.phi if phi is None else phi
-    rounds_long = (base.rounds - 1) // phi + 1
-    cfgs = {
-        f"FedAvg(τ0={tau0})": base.replace(algo="fedavg", local_steps=tau0),
-        f"FedAvg(φτ0={phi * tau0})": base.replace(algo="fedavg", local_steps=phi * tau0, rounds=rounds_long),
-        f"FedLAMA(τ0={tau0}, φ={phi})": base.replace(algo="fedlama", tau0=tau0, phi=phi, local_steps=tau0),
-    }
-    if with_ala:
-        cfgs[f"FedALA(τ0={tau0})"] = base.replace(algo="fedala", local_steps=tau0)
-        cfgs[f"FedLAMA+ALA(τ0={tau0}, φ={phi})"] = base.replace(algo="fedlama+ala", tau0=tau0, phi=phi,
-                                                                 local_steps=tau0)
-    return cfgs
-
-
-def comparison_runs(base: RunConfig, *, tau0: int | None = None, phi: int | None = None, with_ala: bool = False,
-                    store=None, progress: bool = False, data=None,
-                    have: Mapping[str, Run] | None = None) -> dict[str, Run]:
-    """Run (or load from ``store``) the configs of :func:`comparison_configs`; {label: Run}.
-
-    ``store``: a RunStore, a folder, or None (simulate without saving). ``have``: runs already at hand,
-    by label (e.g. the plain comparison before asking ``with_ala``): reused, not loaded or run again.
-    """
-    from ..engine.simulate import simulate
-    from ..record.store import RunStore
-
-    cfgs = comparison_configs(base, tau0=tau0, phi=phi, with_ala=with_ala)
-    have = dict(have or {})
-    if data is None:
-        from ..data.federated import FederatedData
-        from ..engine.simulate import resolve_device
-
-        data = FederatedData.from_config(base.data, resolve_device(base.device))
-    if store is None:
-        def get(c):
-            return simulate(c, data, progress=progress)
-    else:
-        st = store if isinstance(store, RunStore) else RunStore(store)
-
-        def get(c):
-            return st.get_or_run(c, data=data, progress=progress)
-    return {k: have[k] if k in have else get(c) for k, c in cfgs.items()}

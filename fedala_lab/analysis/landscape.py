@@ -3,7 +3,7 @@
     >>> ls = compute_landscape({"FedAvg": fedavg_run, "FedALA": fedala_run}, client=4, rounds=(25, 50))
     >>> ls.loss.shape, ls.explained_variance, ls.points()     # grid, C1/C2 variance, projected models
 
-How it is computed (SPEC §5, "Figure 4, how it is drawn"):
+How it is computed (docs/design.md#loss-surface):
 
 1. Points: the tracked client's flattened local models at the start (after initialisation) and at the end
    (after local training) of every round in the window, for every run compared. They come from the run's

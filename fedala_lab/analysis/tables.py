@@ -12,22 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import POOL_PREFIX
-from ..record.run import Run
-
-
-def run_row(run: Run, extra: Iterable[str] = ()) -> dict:
-    """One run as a flat row: its config (algo, dataset, seed, p, s, …) and best/final accuracy in %."""
-    cfg = run.config
-    row = {
-        "algo": cfg.algo, "dataset": cfg.data.dataset, "partition": cfg.data.partition,
-        "beta": cfg.data.beta, "num_clients": cfg.data.num_clients, "rounds": cfg.rounds, "seed": cfg.seed,
-        "best_acc": 100 * run.best_acc, "final_acc": 100 * run.final_acc,
-        "best_round": run.summary()["best_round"], "seconds": run.summary()["seconds"],
-        "status": run.status,
-    }
-    for name in extra:
-        row[name] = getattr(cfg, name) if hasattr(cfg, name) else getattr(cfg.data, name)
-    return row
+from ..record.run import Run, run_row
 
 
 def runs_frame(runs: Iterable[Run], extra: Iterable[str] = ()) -> pd.DataFrame:
@@ -58,6 +43,31 @@ def format_mean_std(mean: float, std: float, digits: int = 2) -> str:
     if std is None or (isinstance(std, float) and np.isnan(std)):
         return f"{mean:.{digits}f}"
     return f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def sweep_table(result, by: Iterable[str] | None = None) -> pd.DataFrame:
+    """A sweep's :func:`accuracy_table`: mean ± std over seeds per row of ``by`` (default: the spec's
+    ``table_by()``), from its completed grid points only (diverged ones stay listed in ``result.frame``).
+
+    ``result``: a :class:`~fedala_lab.experiments.sweeps.SweepResult`.
+    """
+    frame = result.frame
+    ok = frame[frame["status"] == "complete"] if len(frame) else frame
+    return accuracy_table(ok, by=list(by or result.spec.table_by()))
+
+
+def table_markdown(table: pd.DataFrame, by: Iterable[str] | None = None, digits: int = 2) -> str:
+    """An :func:`accuracy_table` as GitHub Markdown: its ``by`` columns (default: those before the
+    statistics), best and final accuracy as mean ± std (std left out for one seed), the seeds."""
+    by = list(by) if by is not None else list(table.columns[: list(table.columns).index("best_mean")])
+    head = [*by, "best acc %", "final acc %", "seeds"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * len(by) + ["---:"] * 3) + "|"]
+    for _, r in table.iterrows():
+        cells = [str(r[b]) for b in by] + [format_mean_std(r["best_mean"], r["best_std"], digits),
+                                           format_mean_std(r["final_mean"], r["final_std"], digits),
+                                           str(int(r["n_seeds"]))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------------------------------

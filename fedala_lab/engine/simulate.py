@@ -539,15 +539,12 @@ def environment(device: torch.device) -> dict:
     """Versions, device, git commit: enough to say where a number came from."""
     if "base" not in _ENV_CACHE:
         import sys
-        from importlib.metadata import PackageNotFoundError, version
 
         import numpy
         import pandas
 
-        try:
-            fedala_lab_version = version("fedala_lab")
-        except PackageNotFoundError:  # run from a checkout that was never installed
-            fedala_lab_version = None
+        from .._version import __version__
+
         commit = None
         try:
             here = Path(__file__).resolve().parent
@@ -556,7 +553,7 @@ def environment(device: torch.device) -> dict:
         except (OSError, subprocess.SubprocessError):
             pass
         _ENV_CACHE["base"] = {
-            "fedala_lab": fedala_lab_version, "python": sys.version.split()[0], "torch": torch.__version__,
+            "fedala_lab": __version__, "python": sys.version.split()[0], "torch": torch.__version__,
             "numpy": numpy.__version__, "pandas": pandas.__version__, "platform": platform.platform(),
             "git_commit": commit, "torch_threads": torch.get_num_threads(),
         }

@@ -16,24 +16,17 @@
 | CommAccuracyDisplay       | FedLAMA Tab. 1–4 | ``from_runs({label: run})``                               |
 | IntervalTimelineDisplay   | —                | ``from_run(fedlama_run)``                                 |
 
-``fedala_lab.figures.paper`` maps every paper figure to its runs and regenerates them all
-(``fedala-lab figures``). Names are imported on first use, so ``import fedala_lab.figures`` stays light.
+``fedala_lab.figures.index`` renders the figures' README; ``fedala_lab.reproduce`` maps every paper figure to
+its runs and regenerates them all (``fedala-lab figures``). The Fig. 4 and FedLAMA Displays load on first use
+(they pull in torch), so ``import fedala_lab.figures`` stays light.
 """
 
+from .ablation import AblationDisplay
+from .ala import ALALossDisplay, ALAWeightsDisplay
+from .convergence import ConvergenceDisplay
+from .curves import AccuracyCurveDisplay
 from .data import DataDistributionDisplay
-
-_LAZY = {
-    "AccuracyCurveDisplay": "curves",
-    "ALAWeightsDisplay": "ala",
-    "ALALossDisplay": "ala",
-    "TrajectoryDisplay": "trajectory",
-    "ConvergenceDisplay": "convergence",
-    "AccuracyTable": "tables",
-    "AblationDisplay": "ablation",
-    "FedLAMACurvesDisplay": "fedlama",
-    "CommAccuracyDisplay": "fedlama",
-    "IntervalTimelineDisplay": "fedlama",
-}
+from .tables import AccuracyTable
 
 __all__ = ["ALALossDisplay", "ALAWeightsDisplay", "AblationDisplay", "AccuracyCurveDisplay", "AccuracyTable",
            "CommAccuracyDisplay", "ConvergenceDisplay", "DataDistributionDisplay", "FedLAMACurvesDisplay",
@@ -41,8 +34,13 @@ __all__ = ["ALALossDisplay", "ALAWeightsDisplay", "AblationDisplay", "AccuracyCu
 
 
 def __getattr__(name):
-    if name in _LAZY:
-        import importlib
+    # loaded on first use: the loss surface and FedLAMA's table names (from the algorithm) load torch
+    if name == "TrajectoryDisplay":
+        from .trajectory import TrajectoryDisplay
 
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        return TrajectoryDisplay
+    if name in ("FedLAMACurvesDisplay", "CommAccuracyDisplay", "IntervalTimelineDisplay"):
+        from . import fedlama
+
+        return getattr(fedlama, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

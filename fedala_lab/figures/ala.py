@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.curves import ala_loss_curve
+from ..config import algo_label
 from .base import Display, new_axes, panel_axes
 
 
@@ -92,9 +93,7 @@ class ALALossDisplay(Display):
 
     @classmethod
     def from_run(cls, run, client: int, ax=None, *, title: str | None = None):
-        from ..analysis.curves import algo_name
-
-        return cls(ala_loss_curve(run, client), client=client, label=algo_name(run.config.algo),
+        return cls(ala_loss_curve(run, client), client=client, label=algo_label(run.config.algo),
                    title=title).plot(ax=ax)
 
     @property

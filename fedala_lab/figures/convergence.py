@@ -2,6 +2,7 @@
 
     >>> disp = ConvergenceDisplay.from_runs([fedavg_run, fedala_run])
     >>> disp.frame_, disp.gap_            # the curves drawn, and where they meet
+    >>> ConvergenceDisplay(frame, gap).plot()                # draw precomputed data
 
 For each run two lines in one colour: the sample-weighted train loss over all clients of the models
 right after local initialisation (dashed) and after local training (solid). The paper's observation
@@ -20,15 +21,20 @@ from .curves import colour_for
 
 
 class ConvergenceDisplay(Display):
-    def __init__(self, frame: pd.DataFrame, *, log: bool = True, title: str | None = None):
+    """``frame``: :func:`~fedala_lab.analysis.curves.convergence_frame`; ``gap``: its
+    :func:`~fedala_lab.analysis.curves.convergence_gap` (where the curves meet)."""
+
+    def __init__(self, frame: pd.DataFrame, gap: pd.DataFrame, *, log: bool = True, title: str | None = None):
         self.frame_ = frame
-        self.gap_ = convergence_gap(frame) if len(frame) else pd.DataFrame()
+        self.gap_ = gap
         self.log = log
         self.title = title
 
     @classmethod
     def from_runs(cls, runs, ax=None, *, labels=None, log: bool = True, title: str | None = None):
-        return cls(convergence_frame(runs, labels), log=log, title=title).plot(ax=ax)
+        frame = convergence_frame(runs, labels)
+        gap = convergence_gap(frame) if len(frame) else pd.DataFrame()
+        return cls(frame, gap, log=log, title=title).plot(ax=ax)
 
     def plot(self, ax=None):
         fig, ax = new_axes(ax, figsize=(6.4, 4.0))

@@ -10,18 +10,20 @@ from __future__ import annotations
 import pandas as pd
 
 from ..analysis.curves import ROUND_METRICS, accuracy_curves
+from ..config import algo_label
 from .base import Display, new_axes
 
-# One colour per method across every figure (FedAvg black and FedALA blue, as in the paper's Fig. 4).
-METHOD_COLOURS = {
-    "FedAvg": "black", "FedALA": "tab:blue", "FedAvg+ALA": "tab:blue", "FedProx": "tab:orange",
-    "FedProx+ALA": "tab:red", "FedAvg-C": "tab:green", "FedProx-C": "tab:olive", "Local": "tab:gray",
-    "FedLAMA": "tab:purple", "FedLAMA+ALA": "tab:pink",
-}
-
-
-METHOD_STYLES = {"FedAvg": "-", "FedProx": "--", "FedAvg-C": "-.", "FedProx-C": ":", "FedALA": "-",
-                 "FedAvg+ALA": "-", "FedProx+ALA": "--", "Local": ":"}
+# One colour per method across every figure (FedAvg black and FedALA blue, as in the paper's Fig. 4), and a
+# line style, both keyed by the label a legend shows (config.ALGORITHMS).
+METHOD_COLOURS = {algo_label(a): c for a, c in {
+    "fedavg": "black", "fedala": "tab:blue", "fedavg+ala": "tab:blue", "fedprox": "tab:orange",
+    "fedprox+ala": "tab:red", "fedavg-c": "tab:green", "fedprox-c": "tab:olive", "local": "tab:gray",
+    "fedlama": "tab:purple", "fedlama+ala": "tab:pink",
+}.items()}
+METHOD_STYLES = {algo_label(a): s for a, s in {
+    "fedavg": "-", "fedprox": "--", "fedavg-c": "-.", "fedprox-c": ":", "fedala": "-", "fedavg+ala": "-",
+    "fedprox+ala": "--", "local": ":",
+}.items()}
 _STYLES = ("-", "--", "-.", ":")
 
 

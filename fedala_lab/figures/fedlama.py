@@ -1,19 +1,16 @@
 """FedLAMA figures: the interval rule (paper Fig. 1), accuracy against communication (Tables 1–4), and the
 per-layer interval timeline.
 
-    >>> runs = comparison_runs(preset("teach-fedlama"), store="runs")        # analysis/fedlama.py
+    >>> runs = comparison_runs(preset("teach-fedlama"), store="runs")        # experiments/runs.py
     >>> FedLAMACurvesDisplay.from_run(runs["FedLAMA(τ0=10, φ=2)"])
     >>> CommAccuracyDisplay.from_runs(runs).frame_                          # the table it draws
     >>> IntervalTimelineDisplay.from_run(runs["FedLAMA(τ0=10, φ=2)"])
-    >>> fedlama_figures("figures/fedlama", preset="quick")                   # all of them, as files
 
-Displays draw what analysis/fedlama.py computed; they compute nothing themselves.
+Displays draw what analysis/fedlama.py computed; they compute nothing themselves. All of them as files:
+``fedala_lab.reproduce.fedlama_figures``.
 """
 
 from __future__ import annotations
-
-import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -87,7 +84,8 @@ class CommAccuracyDisplay(Display):
     @classmethod
     def from_runs(cls, runs, *, reference: str | None = None, metric: str = "final", ax=None,
                   title: str | None = None):
-        """``runs``: {label: Run} (e.g. from comparison_runs) or Runs; ``reference``: FedAvg(τ0)'s label."""
+        """``runs``: {label: Run} (e.g. from experiments' comparison_runs) or Runs; ``reference``: FedAvg(τ0)'s
+        label."""
         frame, curves = lama.comm_accuracy(runs, reference=reference)
         return cls(frame, curves, metric=metric, title=title).plot(ax=ax)
 
@@ -191,79 +189,3 @@ class IntervalTimelineDisplay(Display):
                 ax_d.legend(fontsize=7, ncol=2, frameon=False, loc="upper right")
         self.ax_discrepancy_ = ax_d
         return self._drawn(fig, ax)
-
-
-# --------------------------------------------------------------------------------------------------
-# the figure set, for `fedala-lab figures`
-
-_PRESETS = {
-    # teach problem (digits, 20 clients, Dir(0.1), MLP), 50 rounds of τ0 = 10 steps: ≈ 15 s on a laptop CPU
-    "quick": ("teach-fedlama", {}),
-    # the shared MNIST Dir(0.1) partition, FedAvgCNN, reference lr 0.005 and batch 10; τ0 = 50 steps,
-    # 200 rounds (10,000 steps ≈ 4 epochs of a median client). GPU scale: a CPU round costs ≈ 20 s.
-    "full": ("mnist-dir0.1", {"tau0": 50, "local_steps": 50, "phi": 2, "rounds": 200, "shuffle": True,
-                              "record_train_loss": False, "eval_every": 2, "checkpoint_every": 20}),
-}
-
-
-def fedlama_figures(out_dir, *, preset: str = "quick", store=None, progress: bool = False,
-                    overrides: dict | None = None) -> list[dict]:
-    """Run (or load) the FedLAMA comparison and write its figures (PNG + PDF) into ``out_dir``.
-
-    ``preset``: "quick" (teach, seconds on a CPU) or "full" (shared MNIST partition, GPU scale).
-    ``store``: a RunStore or folder for the runs (None: the default store, ``$FEDALA_LAB_RUNS`` or ./runs).
-    ``overrides``: config changes applied to the preset (e.g. ``{"rounds": 10}``).
-    Returns one dict per figure: file, reproduces, config, command, seconds.
-    """
-    from ..errors import ConfigError
-    from ..presets import preset as named
-    from ..record.store import RunStore
-
-    if preset not in _PRESETS:
-        raise ConfigError("preset", preset, "one of " + ", ".join(_PRESETS))
-    name, extra = _PRESETS[preset]
-    base = named(name, **{**extra, **(overrides or {})})
-    store = store if isinstance(store, RunStore) else RunStore(store)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tau0, phi = base.tau0, base.phi
-    cmd_runs = (f"fedala-lab run --preset {name} --algos fedavg,fedlama --tau0 {tau0} --local-steps {tau0} "
-                f"--phi {phi}" + "".join(f" --set {k}={v}" for k, v in {**extra, **(overrides or {})}.items()
-                                        if k not in ("tau0", "local_steps", "phi")))
-    api = f"fedala_lab.figures.fedlama.fedlama_figures({str(out)!r}, preset={preset!r})"
-    results = []
-
-    tic = time.perf_counter()
-    runs = lama.comparison_runs(base, store=store, progress=progress)
-    runs_seconds = time.perf_counter() - tic
-    tic = time.perf_counter()
-    # only FedALA and FedLAMA+ALA are new; the three above are reused (same labels, same order)
-    ala_runs = lama.comparison_runs(base, store=store, progress=progress, with_ala=True, have=runs)
-    ala_seconds = time.perf_counter() - tic
-    lama_label = f"FedLAMA(τ0={tau0}, φ={phi})"
-    fedavg_label = f"FedAvg(τ0={tau0})"
-    config = {"preset": name, **extra, **(overrides or {}), "tau0": tau0, "phi": phi, "rounds": base.rounds}
-
-    def emit(make, stem, reproduces, extra_seconds=0.0):
-        # seconds: drawing, plus the runs this figure was the first to need (0 when loaded from the store)
-        started = time.perf_counter()
-        files = make().savefig(out / f"{stem}.png", formats=("png", "pdf"))
-        results.append({"file": str(files[0]), "files": [str(f) for f in files], "reproduces": reproduces,
-                        "config": config, "command": f"{api}  # runs: {cmd_runs}",
-                        "seconds": round(time.perf_counter() - started + extra_seconds, 3)})
-
-    emit(lambda: FedLAMACurvesDisplay.from_run(runs[lama_label]), "fedlama_fig1_curves",
-         "FedLAMA Fig. 1: δ_l and 1 − λ_l against the number of layers given the long interval "
-         "(last re-assignment of the run)", runs_seconds)
-    emit(lambda: CommAccuracyDisplay.from_runs(runs), "fedlama_comm_accuracy",
-         "FedLAMA Tables 1–4 layout: accuracy vs % of FedAvg(τ0)'s communication for FedAvg(τ0), "
-         "FedAvg(φτ0), FedLAMA(τ0, φ) at equal local SGD steps")
-    emit(lambda: IntervalTimelineDisplay.from_run(runs[lama_label]), "fedlama_interval_timeline",
-         "per-layer aggregation interval over rounds, with the unit discrepancies d_l")
-    ala_set = {k: v for k, v in ala_runs.items() if "ALA" in k or k == fedavg_label}
-    emit(lambda: CommAccuracyDisplay.from_runs(
-        ala_set, reference=fedavg_label, title="FedLAMA + ALA (not in any paper): accuracy vs communication"),
-         "fedlama_ala_comm_accuracy",
-         "beyond the papers: FedLAMA with ALA on the clients vs FedALA and FedAvg at equal local steps",
-         ala_seconds)
-    return results

@@ -7,7 +7,7 @@
     >>> AccuracyTable.from_applicability(runs)             # ALA added to FedAvg and FedProx, with the gain
 
 The paper reports the best round's pooled accuracy, mean ± std over 5 runs; we show the final round's
-too (``which="both"``), since the best round flatters methods that overfit (SPEC §2).
+too (``which="both"``), since the best round flatters methods that overfit (docs/design.md#federated-loop).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import pandas as pd
 
 from ..analysis.ablation import applicability_frame
-from ..analysis.curves import algo_name
 from ..analysis.tables import (
     accuracy_table,
     format_mean_std,
@@ -25,6 +24,7 @@ from ..analysis.tables import (
     runs_frame,
     setting_label,
 )
+from ..config import algo_label
 from .base import Display, new_axes
 
 
@@ -49,7 +49,7 @@ class AccuracyTable(Display):
         df["setting"] = [setting_label(r.config) for r in runs]
         stats = accuracy_table(df, by=[*by, "setting"])
         if len(by) == 1:
-            stats["row"] = stats[by[0]].map(lambda v: algo_name(v) if by[0] == "algo" else f"{by[0]}={v}")
+            stats["row"] = stats[by[0]].map(lambda v: algo_label(v) if by[0] == "algo" else f"{by[0]}={v}")
         else:
             stats["row"] = stats[by].astype(str).agg(", ".join, axis=1)
         frame = layout_table(stats, rows="row", columns="setting", which=which, digits=digits)
@@ -70,7 +70,7 @@ class AccuracyTable(Display):
             "base": [format_mean_std(m, s, digits) for m, s in zip(stats["base_mean"], stats["base_std"])],
             "+ALA": [format_mean_std(m, s, digits) for m, s in zip(stats["ala_mean"], stats["ala_std"])],
             "gain": [f"{g:+.{digits}f}" for g in stats["gain"]],
-        }, index=pd.Index([algo_name(b) for b in stats["base"]], name="method"))
+        }, index=pd.Index([algo_label(b) for b in stats["base"]], name="method"))
         cap = (f"ALA added to a base method: test accuracy (%) at the {which} round, mean ± std over "
                f"{int(stats['n_seeds'].min())} seed(s), and the gain in percentage points.")
         t = cls(frame, stats, title=title or "Applicability of ALA", caption=cap)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..analysis.landscape import Landscape, compute_landscape
+from ..config import algo_label
 from .base import Display, new_axes
 from .curves import colour_for
 
@@ -28,14 +29,15 @@ class TrajectoryDisplay(Display):
 
     @classmethod
     def from_runs(cls, fedavg_run, fedala_run, client: int, *, grid: int = 21, rounds=None,
-                  num_samples: int | None = 256, margin: float = 0.2, labels=("FedAvg", "FedALA"),
+                  num_samples: int | None = 256, margin: float = 0.2, labels=None,
                   device="cpu", progress: bool = False, ax=None, title: str | None = None):
         """Compute the landscape and draw it (``TrajectoryDisplay(landscape).plot()`` draws a precomputed one).
 
         ``rounds``: (first, last) window of snapshot rounds (default: all recorded). ``grid``: points per
         axis; the surface costs grid² forward passes of ``num_samples`` rows (a 21×21 grid of the teach
-        MLP takes about a second on a laptop CPU).
+        MLP takes about a second on a laptop CPU). ``labels``: the two runs' names (default: the algorithms').
         """
+        labels = labels or (algo_label("fedavg"), algo_label("fedala"))
         landscape = compute_landscape({labels[0]: fedavg_run, labels[1]: fedala_run}, client, rounds=rounds,
                                       grid=grid, margin=margin, num_samples=num_samples, device=device,
                                       progress=progress)

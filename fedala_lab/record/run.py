@@ -30,6 +30,7 @@ Accuracies are fractions in [0, 1]; displays and the CLI show percent.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -204,6 +205,25 @@ class Run:
 def load_run(path: str | Path) -> Run:
     """Load a run folder written by the store (or ``Run.save``)."""
     return Run.load(path)
+
+
+def run_row(run: Run, extra: Iterable[str] = ()) -> dict:
+    """One run as a flat row: its config (algo, dataset, seed, p, s, …) and best/final accuracy in %.
+
+    The row of a run in every table (sweeps' ``runs.csv``, :func:`fedala_lab.analysis.tables.runs_frame`);
+    ``extra`` adds config fields (run or data) by name.
+    """
+    cfg = run.config
+    row = {
+        "algo": cfg.algo, "dataset": cfg.data.dataset, "partition": cfg.data.partition,
+        "beta": cfg.data.beta, "num_clients": cfg.data.num_clients, "rounds": cfg.rounds, "seed": cfg.seed,
+        "best_acc": 100 * run.best_acc, "final_acc": 100 * run.final_acc,
+        "best_round": run.summary()["best_round"], "seconds": run.summary()["seconds"],
+        "status": run.status,
+    }
+    for name in extra:
+        row[name] = getattr(cfg, name) if hasattr(cfg, name) else getattr(cfg.data, name)
+    return row
 
 
 def read_manifest(d: Path) -> dict:

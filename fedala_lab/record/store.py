@@ -12,9 +12,12 @@ every file's size and SHA-256. Only a folder whose manifest says "complete" and 
 is a finished run: a diverged run is kept (status "diverged") but never served as a result, and a
 damaged folder (a file missing, truncated or changed) is reported and replaced by the next computation.
 Temporary folders left by writers that died are swept on the next write. Two processes asking for the
-same config serialise on a lock file: the second waits and then loads the first one's run. A killed
-run leaves its last checkpoint; asking for the same config again resumes from it, giving the same
-result as an uninterrupted run.
+same config serialise on a lock file (:meth:`RunStore.lock`): the second waits and then loads the first
+one's run. A killed run leaves its last checkpoint; asking for the same config again resumes from it,
+giving the same result as an uninterrupted run.
+
+The store keeps runs; it never makes them: :func:`fedala_lab.experiments.runs.get_or_run` simulates
+what the store lacks (docs/design.md#run-store).
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ import socket
 import time
 import uuid
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,7 +106,7 @@ class RunStore:
 
     def find(self, cfg: RunConfig, *, diverged: bool = False) -> Run | None:
         """The finished run of this config, or None (also for a damaged one, with a warning: the next
-        :meth:`get_or_run` replaces it). A diverged run is returned only when ``diverged`` is true."""
+        computation replaces it). A diverged run is returned only when ``diverged`` is true."""
         st = self.status(cfg)
         if st.state == "damaged":
             warnings.warn(f"run folder {st.path} is damaged ({st.reason}); it will be recomputed", stacklevel=2)
@@ -115,6 +117,19 @@ class RunStore:
         except DataError as err:
             warnings.warn(f"{err}; it will be recomputed", stacklevel=2)
             return None
+
+    def outcome(self, cfg: RunConfig) -> tuple[Run | None, Stored]:
+        """What asking for ``cfg`` gets from the store: (the finished run or None, its :meth:`status`).
+
+        A diverged run raises :class:`TrainingDiverged` with its message (the same config diverges the same
+        way); a damaged folder is reported with a warning (its run is None: to be replaced).
+        """
+        st = self.status(cfg)
+        if st.state == "diverged":
+            raise TrainingDiverged(st.message or f"the stored run {st.path.name} diverged", _quiet_load(st.path))
+        if st.state == "damaged":
+            warnings.warn(f"run folder {st.path} is damaged ({st.reason}); recomputing it", stacklevel=3)
+        return self.find(cfg) if st.state == "complete" else None, st
 
     def load(self, name: str) -> Run:
         """Load a run by folder name. Only folders directly inside the store can be reached."""
@@ -196,7 +211,8 @@ class RunStore:
         return removed
 
     @contextlib.contextmanager
-    def _lock(self, cfg: RunConfig):
+    def lock(self, cfg: RunConfig):
+        """Hold the writer's lock of ``cfg``: one process computes and saves a config at a time."""
         locks = self.root / ".locks"
         with _writing(self.root):
             locks.mkdir(parents=True, exist_ok=True)
@@ -210,60 +226,10 @@ class RunStore:
                 pass
             yield
 
-    def get_or_run(self, cfg: RunConfig, *, data=None, progress: bool = True, callback: Callable | None = None,
-                   resume: bool = True, force: bool = False, needs: Callable[[Run], bool] | None = None) -> Run:
-        """The finished run of ``cfg`` from the store, or simulate it (resuming a checkpoint) and save it.
 
-        ``force`` recomputes and replaces a stored run. ``needs(run)`` says whether a stored run holds what
-        the caller needs: what is recorded (tracked clients, snapshots) is not part of a config's key, so
-        the store may hold the same run recorded without it; such a run is recomputed (the same result)
-        with ``cfg``'s recording settings and replaces the stored one.
-
-        A run that diverged is saved too (status "diverged") and :class:`TrainingDiverged` raised; asking
-        again raises it again from the store (the same config diverges the same way) unless ``force``.
-        A damaged folder is reported and replaced. The config (and the data it names) is checked before
-        anything is written: a bad value leaves the store untouched.
-        """
-        from ..engine.simulate import Simulation
-
-        def usable(hit):
-            return hit is not None and (needs is None or needs(hit))
-
-        def stored_outcome():
-            st = self.status(cfg)
-            if st.state == "diverged":
-                raise TrainingDiverged(st.message or f"the stored run {st.path.name} diverged", _quiet_load(st.path))
-            if st.state == "damaged":
-                warnings.warn(f"run folder {st.path} is damaged ({st.reason}); recomputing it", stacklevel=3)
-            return self.find(cfg) if st.state == "complete" else None, st
-
-        if not force:
-            hit, _ = stored_outcome()
-            if usable(hit):
-                return hit
-        sim = Simulation(cfg, data)  # every check of the config against its data, before any write
-        with self._lock(cfg):
-            st = None
-            if not force:
-                hit, st = stored_outcome()  # another process may have finished it while we waited
-                if usable(hit):
-                    return hit
-            replace = force or (st is not None and st.state != "absent")
-            ckpt = self.checkpoint_for(cfg)
-            if resume and not replace:
-                sim.load_checkpoint(ckpt)
-            try:
-                run = sim.run(progress=progress, callback=callback, checkpoint=ckpt)
-            except TrainingDiverged as err:
-                if err.run is not None:
-                    self.save(err.run, replace=True)
-                with contextlib.suppress(FileNotFoundError):
-                    ckpt.unlink()
-                raise
-            self.save(run, replace=True)
-            with contextlib.suppress(FileNotFoundError):
-                ckpt.unlink()
-            return run
+def open_store(store: RunStore | str | Path | None = None) -> RunStore:
+    """``store`` itself, or the store in that folder (None: :func:`default_root`)."""
+    return store if isinstance(store, RunStore) else RunStore(store)
 
 
 def _quiet_load(path: Path) -> Run | None:
@@ -312,14 +278,3 @@ def _writing(root: Path):
     except OSError as err:
         raise DataError(f"cannot write the run store {root}: {err.strerror or err}"
                         + (f" ({err.filename})" if err.filename else "")) from None
-
-
-def get_or_run(cfg: RunConfig, store: RunStore | str | Path | None = None, **kwargs) -> Run:
-    """Module-level shortcut: ``RunStore(store).get_or_run(cfg, **kwargs)``."""
-    if not isinstance(store, RunStore):
-        store = RunStore(store)
-    return store.get_or_run(cfg, **kwargs)
-
-
-def load_run(path: str | Path) -> Run:
-    return Run.load(path)

@@ -9,14 +9,16 @@ Runs are cached in a run store of the app's own (``$FEDALA_LAB_APP_RUNS`` or ``.
 settings again are instant; the Runs tab reads only that store.
 
 This module stays light (the CLI imports it for ``--help``); Gradio is imported by :mod:`.ui` only when
-the app is built.
+the app is built, after :func:`~.env.offline_env`.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
+
+from .env import default_store_root, offline_env
+
+__all__ = ["add_arguments", "cmd_app", "default_store_root", "launch", "main", "offline_env"]
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7860
@@ -27,26 +29,8 @@ DEFAULT_PORT = 7860
 DEFAULT_CONCURRENCY = 1
 
 
-def offline_env() -> None:
-    """Keep Gradio and the Hugging Face hub client quiet: no telemetry, no version checks, no hub calls.
-
-    Both libraries read these variables when imported, so :mod:`.ui` calls this before it imports gradio;
-    every entry point (``python app.py``, ``fedala-lab app``, ``from fedala_lab.webapp import ui``) gets
-    gradio through it.
-    ``setdefault``: a user who wants otherwise can still say so in the environment.
-    """
-    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-
-
-def default_store_root() -> Path:
-    """``$FEDALA_LAB_APP_RUNS`` or ``./runs/app``: kept apart from the CLI's ``./runs`` on purpose, so the
-    Runs tab shows (and can reach) only what the app itself computed."""
-    return Path(os.environ.get("FEDALA_LAB_APP_RUNS", os.path.join("runs", "app")))
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The app's flags, for ``fedala-lab app`` (fedala_lab/cli.py) and ``python app.py`` (:func:`main`)."""
     p.add_argument(
         "--host",
         default=DEFAULT_HOST,
@@ -69,13 +53,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_CONCURRENCY,
         help=f"simulations running at once; further clicks wait in the queue (default {DEFAULT_CONCURRENCY})",
     )
-
-
-def add_subcommand(sub) -> None:
-    """Register ``fedala-lab app`` (called by :func:`fedala_lab.cli.build_parser`)."""
-    p = sub.add_parser("app", help="start the lecture app (Gradio) on http://127.0.0.1:7860")
-    add_arguments(p)
-    p.set_defaults(func=cmd_app)
 
 
 def cmd_app(args) -> int:
@@ -103,7 +80,8 @@ def launch(
     import torch
 
     # Small models and several users at once: one thread per simulation is fastest and does not
-    # oversubscribe the cores (PERFORMANCE.md: a busy neighbour makes multi-threaded steps 6–37× slower).
+    # oversubscribe the cores (docs/design.md#performance: a busy neighbour makes multi-threaded steps 6–37×
+    # slower).
     torch.set_num_threads(1)
     from .ui import build_app, launch_kwargs, warm_up
 

@@ -26,17 +26,18 @@ import math
 import threading
 import time
 
-from . import default_store_root, offline_env
+from .env import default_store_root, offline_env
 
 offline_env()  # before gradio is imported: it reads these at import time
 
 import gradio as gr
 import pandas as pd
 
-from ..analysis.curves import algo_name
-from ..config import RunConfig
+from ..config import RunConfig, algo_label
 from ..errors import ConfigError, FedalaError, RunCancelled
-from ..presets import preset
+from ..experiments.plans import comparison_configs
+from ..experiments.presets import preset
+from ..experiments.runs import fig4_runs, get_or_run
 from ..record.store import RunStore
 from .widgets import Number, Slider, html_text
 
@@ -46,7 +47,7 @@ _PROGRESS = gr.Progress()
 
 # Algorithms offered on the Train & compare tab: (label, config name).
 TRAIN_ALGOS = [
-    (algo_name(a), a)
+    (algo_label(a), a)
     for a in ("fedavg", "fedprox", "fedala", "fedavg+ala", "fedprox+ala", "fedavg-c", "fedprox-c")
 ]
 DATASET_CHOICES = [
@@ -229,7 +230,7 @@ def _run_rows(runs, cached) -> pd.DataFrame:
         s = run.summary()
         rows.append(
             {
-                "algorithm": algo_name(s["algo"]),
+                "algorithm": algo_label(s["algo"]),
                 "best acc %": _pct(s["best_acc"]),
                 "best round": s["best_round"],
                 "final acc %": _pct(s["final_acc"]),
@@ -289,14 +290,14 @@ class LectureApp:
         """Each config's run from the store, simulating (with progress and Stop) the ones it lacks.
 
         Returns (runs, cached flags, stop message or ""). A stopped run keeps its checkpoint. ``needs`` and
-        ``resume`` go to :meth:`RunStore.get_or_run`: a stored run failing ``needs`` is recomputed.
+        ``resume`` go to :func:`~fedala_lab.experiments.runs.get_or_run`: a stored run failing ``needs`` is recomputed.
         """
         total = sum(c.rounds for c in cfgs)
         runs, cached = [], []
         done = 0
         with self._stop_flag(request) as stop:
             for i, cfg in enumerate(cfgs):
-                label = labels[i] if labels else algo_name(cfg.algo)
+                label = labels[i] if labels else algo_label(cfg.algo)
                 if len(cfgs) > 1:
                     label += f" ({i + 1}/{len(cfgs)})"
                 if stop.is_set():  # Stop pressed between two runs: do not start the next one
@@ -310,8 +311,8 @@ class LectureApp:
                         stop, progress, total, lambda sim, _label=label, _offset=done: (_label, _offset)
                     )
                     try:
-                        run = self.store.get_or_run(
-                            cfg, progress=False, callback=callback, needs=needs, resume=resume
+                        run = get_or_run(
+                            cfg, self.store, progress=False, callback=callback, needs=needs, resume=resume
                         )
                     except RunCancelled as err:
                         return runs, cached, _stopped(err, label)
@@ -422,7 +423,6 @@ class LectureApp:
     def trajectory(self, client, K, before, grid, settings, progress=_PROGRESS, request: gr.Request = None):
         """Fig. 4: ``client``'s local models on its loss surface, FedAvg vs FedALA with ALA switched on after
         round K, from round K − ``before`` to the last round of the current settings."""
-        from ..figures.paper import fig4_runs
         from ..figures.trajectory import TrajectoryDisplay
 
         cfg = make_config(algo="fedala", **settings)
@@ -496,10 +496,9 @@ class LectureApp:
         """FedAvg(τ0), FedAvg(φ·τ0) and FedLAMA(τ0, φ) with the same local SGD steps: accuracy against the
         communication each needs (FedLAMA's Tables 1–4 as curves). ``with_ala`` adds FedALA and
         FedLAMA+ALA."""
-        from ..analysis.fedlama import comparison_configs
         from ..figures.fedlama import CommAccuracyDisplay
 
-        # the teach-fedlama preset: a round is τ0 local steps, with reshuffling (see presets.py)
+        # the teach-fedlama preset: a round is τ0 local steps, with reshuffling (see experiments/presets.py)
         base = make_config(algo="fedlama", preset_name="teach-fedlama", tau0=tau0, phi=phi, **settings)
         cfgs = comparison_configs(base, with_ala=bool(with_ala))
         tic = time.perf_counter()

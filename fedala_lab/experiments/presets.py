@@ -1,6 +1,6 @@
 """Named configurations. Each override says why it departs from the RunConfig defaults.
 
-    >>> from fedala_lab.presets import preset
+    >>> from fedala_lab.experiments.presets import preset
     >>> cfg = preset("teach", algo="fedprox", mu=0.01)
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .config import DataConfig, RunConfig
-from .errors import ConfigError
+from ..config import POOL_PREFIX, DataConfig, RunConfig
+from ..errors import ConfigError
 
 
 def shared_mnist_dir() -> str:
@@ -19,7 +19,7 @@ def shared_mnist_dir() -> str:
     ``$FEDALA_LAB_SHARED_DATA`` (a folder holding ``fedala-mnist-dir0.1``) or ``<repo>/../shared/data``.
     """
     base = os.environ.get("FEDALA_LAB_SHARED_DATA")
-    root = Path(base) if base else Path(__file__).resolve().parents[1].parent / "shared" / "data"
+    root = Path(base) if base else Path(__file__).resolve().parents[3] / "shared" / "data"
     return str(root / "fedala-mnist-dir0.1")
 
 
@@ -27,8 +27,7 @@ def mnist_pathological_dataset(root: str | None = None) -> str:
     """Where MNIST pathological comes from: torchvision's MNIST files when present (the paper's source),
     else every image of the shared MNIST partition pooled and re-partitioned (``pfllib-pool:<dir>``; it
     holds all 70,000 MNIST images, so the pool is MNIST in another order)."""
-    from .config import POOL_PREFIX
-    from .data.sources import mnist_files_present
+    from ..data.sources import mnist_files_present  # here: the data package loads torch
 
     if mnist_files_present("mnist", root or None) or not Path(shared_mnist_dir()).is_dir():
         return "mnist"

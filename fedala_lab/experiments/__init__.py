@@ -1,0 +1,21 @@
+"""Experiments: which runs, and how to get them.
+
+- presets.py: named configs (``preset("teach", algo="fedprox")``).
+- plans.py: which runs an experiment needs: sweeps (a base × a grid), the paper's figure plans, the Fig. 4
+  protocol, FedLAMA's comparison; the named reproduction sweeps.
+- runs.py: :func:`get_or_run` (the run store, else simulate and save), :class:`RunCache`, and the runs of
+  the Fig. 4 protocol and of FedLAMA's comparison.
+- sweeps.py: :func:`run_sweep`, sequentially, on a process pool or on Ray.
+
+Analysis and figures never reach in here: they get runs, and this layer gets them the runs.
+"""
+
+from .plans import Plan, SweepSpec, build_plan, comparison_configs, fig4_configs, sweep_preset
+from .presets import preset
+from .runs import RunCache, comparison_runs, fig4_runs, get_or_run
+from .sweeps import SweepResult, run_sweep
+
+__all__ = [
+    "Plan", "RunCache", "SweepResult", "SweepSpec", "build_plan", "comparison_configs", "comparison_runs",
+    "fig4_configs", "fig4_runs", "get_or_run", "preset", "run_sweep", "sweep_preset",
+]

@@ -1,0 +1,319 @@
+"""Sweeps: one base config, a grid of values (a :class:`~fedala_lab.experiments.plans.SweepSpec`), every
+combination run once; the tables over seeds are analysis's (:func:`fedala_lab.analysis.tables.sweep_table`).
+
+The paper reports mean ± std over 5 runs and grids over p, s, β and client counts. A sweep is
+
+    base config  ×  grid {axis: values}   →   one RunConfig per grid point   →   runs   →   table
+
+    fedala-lab sweep --preset teach --algos fedavg,fedala --grid p=1,2 --seeds 0,1,2
+    fedala-lab sweep --spec my_sweep.yaml --workers 2
+    fedala-lab sweep --sweep table7-mnist-dir0.1 --ray-address auto        # a Ray cluster
+    fedala-lab sweep --spec my_sweep.yaml --ray --out results/my_sweep     # a local Ray
+
+How runs are executed (all three give the same numbers, tested; the results land in the run store):
+
+- **sequential** (``workers=1``): in this process, one run after the other;
+- **a process pool** (``workers=n`` or ``"auto"``: one worker per CPU core on CPU, sequential on a GPU),
+  spawned processes with one torch thread each (docs/design.md#performance: one thread per worker is
+  robust and 2 workers × 1 thread is the fastest use of a 2-core machine);
+- **Ray** (``ray=True`` for a Ray started here, ``ray_address="auto"|"ray://host:10001"`` for a cluster),
+  an optional dependency imported only then. With a local Ray the workers write into the run store
+  directly; on a cluster (whose nodes may not see this disk) the finished runs travel back through Ray
+  and are saved here, unless ``shared_store=True`` says the store is on a shared filesystem.
+
+A sweep is resumable: runs already in the store are skipped (same config hash ⇒ same result), and a run
+that was interrupted resumes from its checkpoint (:func:`~fedala_lab.experiments.runs.get_or_run`). Grid
+points whose configs share a key (``p`` does not change a FedAvg run) run once and are counted at every
+point.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import time
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from ..config import RunConfig
+from ..errors import ConfigError, FedalaError, TrainingDiverged
+from ..record.run import run_row
+from ..record.store import open_store
+from .plans import SEED_AXES, SweepSpec
+from .runs import get_or_run
+
+# ------------------------------------------------------------------------------------------- execution
+
+
+def _set_threads(threads: int | None) -> None:
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
+
+
+def _work(cfg_dict: dict, store_root: str | None, force: bool, threads: int | None,
+          rounds_queue=None) -> dict | object:
+    """Run one config in a worker (process pool or Ray task).
+
+    With ``store_root`` the run goes through :func:`get_or_run` there (checkpoints, resume, atomic
+    folder) and a small status dict comes back; without, the :class:`Run` itself is returned.
+    ``rounds_queue`` (pool only) receives (key, round) after every round, for the progress bar.
+    """
+    _set_threads(threads)
+    cfg = RunConfig.from_dict(cfg_dict)
+    key = cfg.key()
+
+    def report(sim, row):
+        rounds_queue.put((key, int(row["round"])))
+
+    callback = report if rounds_queue is not None else None
+    if store_root is None:
+        from ..engine.simulate import simulate
+
+        try:
+            return simulate(cfg, progress=False, callback=callback)
+        except TrainingDiverged as err:
+            return err.run
+    try:
+        run = get_or_run(cfg, store_root, progress=False, force=force, callback=callback)
+    except TrainingDiverged as err:  # saved with status "diverged"; the sweep goes on
+        return {"key": cfg.key(), "status": "diverged", "message": str(err)}
+    return {"key": cfg.key(), "status": run.status, "message": ""}
+
+
+def machine_cpus() -> int:
+    """CPU cores this process may use (the affinity mask, not the machine's total)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
+def _auto_workers(cfg: RunConfig, n_runs: int) -> int:
+    """One worker per CPU core on a CPU; one process on a GPU (the vectorised backend fills it)."""
+    from ..engine.simulate import resolve_device
+
+    if resolve_device(cfg.device).type != "cpu":
+        return 1
+    return max(1, min(machine_cpus(), n_runs))
+
+
+@dataclass
+class SweepResult:
+    """What a sweep produced: one row per grid point (``frame``), the runs, and the failures."""
+
+    spec: SweepSpec
+    frame: pd.DataFrame  # one row per grid point: the axes, run_row() columns, key, run_dir
+    runs: list  # one Run per grid point (grid order), its config the point's own (same key)
+    failed: dict[str, str] = field(default_factory=dict)  # config key -> error message
+    computed: int = 0  # runs computed by this call (the others came from the store)
+    seconds: float = 0.0  # wall time of this call
+
+    def runs_where(self, **values) -> list:
+        """Runs of the grid points whose axes/config fields equal ``values`` (e.g. ``algo="fedala"``)."""
+        out = []
+        for (_, row), run in zip(self.frame.iterrows(), self.runs):
+            if all(row.get(k) == v for k, v in values.items()):
+                out.append(run)
+        return out
+
+    def complete_runs(self) -> list:
+        """The completed runs, each config once (grid points sharing a key share a run)."""
+        seen, out = set(), []
+        for r in self.runs:
+            if r.status == "complete" and r.config.key() not in seen:
+                seen.add(r.config.key())
+                out.append(r)
+        return out
+
+
+def run_sweep(spec: SweepSpec, *, store=None, workers: int | str = "auto", ray: bool = False,
+              ray_address: str | None = None, shared_store: bool | None = None, threads: int | None = 1,
+              gpus_per_run: float = 0.0, force: bool = False, progress: bool = True) -> SweepResult:
+    """Run every grid point of ``spec`` not yet in ``store`` and aggregate the results.
+
+    ``workers``: 1 = sequential in this process; n > 1 = a pool of n spawned processes; "auto" = one per
+    CPU core (sequential when the runs go to a GPU). ``ray``/``ray_address``: run the grid as Ray tasks
+    instead (a Ray already initialised in this process is used as is; else a local one with ``workers``
+    CPUs is started, or the cluster at ``ray_address`` joined, and shut down afterwards). ``threads``:
+    torch threads per run, 1 by default on every path (docs/design.md#performance: with torch's default
+    threads a busy neighbour process can make a CPU step 6–37× slower; one thread per worker is robust, and
+    every path then computes the same floats); None leaves torch's setting alone.
+    ``gpus_per_run``: Ray's ``num_gpus`` per task. ``force``: recompute runs even if stored.
+
+    Runs that diverge are kept with status "diverged"; runs that fail are listed in ``failed`` — the
+    sweep goes on either way. Progress: one bar over the grid's distinct runs.
+    """
+    from tqdm.auto import tqdm
+
+    t0 = time.perf_counter()
+    store = open_store(store)
+    store.root.mkdir(parents=True, exist_ok=True)
+    root = str(store.root.resolve())
+    pairs = spec.expand()
+    unique: dict[str, RunConfig] = {}
+    for _, cfg in pairs:
+        unique.setdefault(cfg.key(), cfg)
+    done = {k for k, c in unique.items() if not force and store.has(c)}
+    todo = [c for k, c in unique.items() if k not in done]
+    failed: dict[str, str] = {}
+    loaded: dict = {}  # key -> Run, filled by the paths that have the run in this process
+
+    bar = tqdm(total=len(unique), initial=len(done), desc=f"sweep {spec.name}", unit="run", disable=not progress,
+               dynamic_ncols=True)
+    try:
+        if todo and (ray or ray_address):
+            _run_ray(todo, root, force, threads, gpus_per_run, workers, ray_address,
+                     shared_store if shared_store is not None else ray_address is None, store, bar, failed,
+                     loaded)
+        elif todo:
+            n = _auto_workers(todo[0], len(todo)) if workers == "auto" else int(workers)
+            if n < 1:
+                raise ConfigError("workers", workers, "a positive integer or 'auto'")
+            if n == 1:
+                _run_sequential(todo, store, force, threads, bar, failed, loaded)
+            else:
+                _run_pool(todo, root, force, threads, min(n, len(todo)), bar, failed)
+    finally:
+        bar.close()
+
+    runs, rows = [], []
+    for point, cfg in pairs:
+        k = cfg.key()
+        if k in failed:
+            continue
+        if k not in loaded:
+            loaded[k] = store.find(cfg, diverged=True)  # diverged runs are listed, not tabled
+        run = loaded[k]
+        if run is None:  # neither stored nor reported failed: say so rather than drop it silently
+            failed[k] = "no finished run in the store after the sweep"
+            continue
+        run = dataclasses.replace(run, config=cfg)  # the point's own config (same key, same result)
+        runs.append(run)
+        rows.append(_row(run, point, k))
+    frame = pd.DataFrame(rows)
+    return SweepResult(spec, frame, runs, failed, computed=len(todo) - len(failed),
+                       seconds=time.perf_counter() - t0)
+
+
+def _row(run, point: dict, key: str) -> dict:
+    row = run_row(run)
+    # the point's values; seed axes last, so data_seed stays the last column of runs.csv
+    row.update(sorted(point.items(), key=lambda kv: kv[0] in SEED_AXES))
+    row["key"] = key
+    row["run_dir"] = str(run.path) if run.path else ""
+    return row
+
+
+def _describe(cfg: RunConfig) -> str:
+    return f"{cfg.algo} s{cfg.seed}"
+
+
+def _finish(bar, cfg: RunConfig, result, failed: dict) -> None:
+    if isinstance(result, BaseException):
+        failed[cfg.key()] = f"{type(result).__name__}: {result}"
+    elif isinstance(result, dict) and result.get("status") == "diverged":
+        bar.write(f"diverged: {cfg.slug()} ({result.get('message', '')[:200]})")
+    bar.set_postfix_str(f"last: {_describe(cfg)}", refresh=False)
+    bar.update(1)
+
+
+def _run_sequential(todo, store, force, threads, bar, failed, runs) -> None:
+    from ..engine.simulate import cpu_threads
+
+    with cpu_threads(int(threads) if threads else None):
+        for cfg in todo:
+            def show(sim, row, cfg=cfg):  # round-level progress inside the grid bar
+                bar.set_postfix_str(f"{_describe(cfg)} round {row['round']}/{cfg.rounds}")
+
+            try:
+                runs[cfg.key()] = get_or_run(cfg, store, progress=False, force=force, callback=show)
+                result = {"status": "complete"}
+            except TrainingDiverged as err:
+                if err.run is not None:  # saved by the store with status "diverged"
+                    runs[cfg.key()] = err.run
+                result = {"status": "diverged", "message": str(err)}
+            except FedalaError as err:
+                result = err
+            _finish(bar, cfg, result, failed)
+
+
+def _run_pool(todo, root, force, threads, n, bar, failed) -> None:
+    import multiprocessing as mp
+    import queue as queue_mod
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    # spawn, not fork: a forked copy of a process that already runs torch threads can deadlock
+    ctx = mp.get_context("spawn")
+    # no initializer: _work sets each task's threads before any torch work
+    with ctx.Manager() as manager, ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
+        rounds = manager.Queue()  # workers report each finished round; the bar shows the runs in flight
+        futures = {pool.submit(_work, c.to_dict(), root, force, threads, rounds): c for c in todo}
+        by_key = {c.key(): c for c in todo}
+        in_flight: dict[str, int] = {}
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+            with contextlib.suppress(queue_mod.Empty, OSError, EOFError):
+                while True:
+                    k, t = rounds.get_nowait()
+                    in_flight[k] = t
+            for fut in finished:
+                cfg = futures[fut]
+                in_flight.pop(cfg.key(), None)
+                try:
+                    result = fut.result()
+                except Exception as err:  # noqa: BLE001 - one failed run must not stop the others
+                    result = err
+                _finish(bar, cfg, result, failed)
+            if in_flight and not finished:
+                bar.set_postfix_str(" | ".join(f"{_describe(by_key[k])} round {t}/{by_key[k].rounds}"
+                                               for k, t in in_flight.items()))
+
+
+def ray_module():
+    """Import Ray, or say how to install it (an optional dependency)."""
+    try:
+        import ray
+    except ImportError:
+        raise FedalaError("running a sweep on Ray needs Ray, an optional dependency: "
+                          "pip install 'fedala_lab[ray]' (or pip install ray)") from None
+    return ray
+
+
+def _run_ray(todo, root, force, threads, gpus, workers, address, shared, store, bar, failed, runs) -> None:
+    ray = ray_module()
+    started = False
+    if not ray.is_initialized():
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # nothing leaves the machine unasked
+        if address:
+            ray.init(address=address)
+        else:
+            n = machine_cpus() if workers in ("auto", 1, None) else int(workers)
+            ray.init(num_cpus=n, include_dashboard=False)
+        started = True
+    try:
+        task = ray.remote(num_cpus=threads or 1, num_gpus=gpus, max_retries=0)(_work)
+        refs = {task.remote(c.to_dict(), root if shared else None, force, threads): c for c in todo}
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            for ref in ready:
+                cfg = refs[ref]
+                try:
+                    result = ray.get(ref)
+                    if not isinstance(result, dict):  # a Run from a worker that cannot see the store
+                        store.save(result, replace=force)
+                        runs[cfg.key()] = result
+                        result = {"status": result.status}
+                except Exception as err:  # noqa: BLE001 - a failed task (RayTaskError wraps its cause)
+                    result = err
+                _finish(bar, cfg, result, failed)
+    finally:
+        if started:
+            ray.shutdown()
+
+

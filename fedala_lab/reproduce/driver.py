@@ -1,0 +1,164 @@
+"""The figure driver, ``fedala-lab figures``: plan → runs → analysis → Displays → files, and their index.
+
+    fedala-lab figures                                   # quick preset: digits, a few minutes on a laptop CPU
+    fedala-lab figures --preset paper                    # GPU scale, the shared MNIST data → figures/paper/
+    fedala-lab figures --only fig4,table2 --no-progress
+
+Every run comes from the run store (:func:`~fedala_lab.experiments.runs.get_or_run`, through one
+:class:`~fedala_lab.experiments.runs.RunCache`): a second call redraws from cached runs in seconds. The
+runs are the plan's (:func:`~fedala_lab.experiments.plans.build_plan`); the output folder gets PNG (and
+PDF) files, Markdown/LaTeX/CSV versions of the tables, an ``index.json`` and a ``README.md`` that says for
+every file which paper figure or table it reproduces, the command and configs that made it, how long it
+took and what it shows (numbers read off the runs, never typed in).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from ..config import RunConfig
+from ..errors import ConfigError
+from ..experiments.plans import Plan, build_plan
+from ..experiments.presets import preset
+from ..experiments.runs import RunCache
+from ..figures.index import describe_configs, render_readme
+from .paper import FIGURES, Context, FigureSpec
+
+
+def run_figures(preset_name: str = "quick", *, only: Iterable[str] | None = None, out: str | Path | None = None,
+                store=None, progress: bool = True, formats=("png", "pdf"), dpi: int = 100,
+                rounds: int | None = None, seeds: int | None = None, fig4: tuple | None = None,
+                device: str | None = None, command: str | None = None, echo: Callable[[str], None] | None = None
+                ) -> dict:
+    """Make the figures of ``preset_name`` (all, or ``only`` these keys) into ``out``; update its index.
+
+    Returns the index entries written ({key: entry}). ``out/index.json`` keeps every figure's entry, so
+    ``--only`` refreshes some without losing the others; ``out/README.md`` is rebuilt from it.
+    """
+    keys = list(FIGURES) if not only else list(dict.fromkeys(only))
+    bad = [k for k in keys if k not in FIGURES]
+    if bad:
+        raise ConfigError("only", ",".join(bad), "figure names among " + ", ".join(FIGURES))
+    plan = build_plan(preset_name, rounds=rounds, seeds=seeds, fig4=fig4, device=device)
+    out = Path(out if out is not None else default_out(preset_name))
+    out.mkdir(parents=True, exist_ok=True)
+    ctx = Context(plan, RunCache(store), out, progress=progress, formats=tuple(formats), dpi=dpi)
+    command = command or _command(preset_name, keys, out, rounds, seeds, fig4)
+    from tqdm.auto import tqdm
+
+    if echo is None:
+        def echo(line):  # through tqdm, so the line does not tear the progress bars
+            tqdm.write(line, file=sys.stdout)
+            sys.stdout.flush()
+
+    index = _read_index(out)
+    index.update(preset=plan.name, notes=plan.notes, plan=describe_plan(plan))
+    entries = {}
+    from ..engine.simulate import cpu_threads  # here: the engine loads torch
+
+    with cpu_threads(1 if plan.name == "quick" else None):
+        for key in tqdm(keys, desc="figures", unit="figure", disable=not progress, leave=False):
+            entry = _make_one(FIGURES[key], ctx, command=command,
+                              only_command=_command(preset_name, [key], out, rounds, seeds, fig4))
+            entries[key] = index["figures"][key] = entry
+            # the index is rewritten after every figure, so an interrupted call keeps what it made
+            index["environment"] = _environment()
+            (out / "index.json").write_text(json.dumps(index, indent=2, ensure_ascii=False, default=str))
+            (out / "README.md").write_text(render_readme(index, order=list(FIGURES)))
+            echo(f"{key:<14} {entry['seconds']:7.1f} s  ({entry['runs_computed']} runs computed, "
+                 f"{entry['runs_total'] - entry['runs_computed']} from the store)  " + ", ".join(entry["files"]))
+    return entries
+
+
+def _make_one(spec: FigureSpec, ctx: Context, *, command: str, only_command: str) -> dict:
+    """Make one figure; its index entry (files, command, configs, runs, seconds, findings)."""
+    ctx.store.start_counting()
+    tic = time.perf_counter()
+    files, findings = spec.make(ctx)
+    seconds = time.perf_counter() - tic
+    runs = list({id(r): r for r in ctx.store.used}.values())  # a run handed out twice counts once
+    plan = ctx.plan
+    return {
+        "key": spec.key, "paper": spec.paper, "title": spec.title, "preset": plan.name,
+        "files": sorted({str(Path(f).relative_to(ctx.out)) for f in files}),
+        "command": command, "only_command": only_command,
+        "configs": describe_configs([r.config for r in runs], _base_of(plan), plan.base_name) if runs else "—",
+        "runs": [r.path.name if r.path else r.config.slug() for r in runs],
+        "runs_computed": ctx.store.computed, "runs_total": len(runs),
+        "seconds": round(seconds, 1), "findings": findings,
+    }
+
+
+def describe_plan(plan: Plan) -> list[str]:
+    """A few lines saying what a preset runs (for the README)."""
+    from ..analysis.tables import setting_label
+
+    def cfg_line(name, cfg):
+        return (f"{name}: {setting_label(cfg)}, {cfg.data.num_clients} clients, model {cfg.model}, "
+                f"{cfg.rounds} rounds, lr {cfg.lr:g}, batch {cfg.batch_size}, ALA η={cfg.eta:g} s={cfg.s:g} p={cfg.p}")
+
+    lines = [cfg_line("practical setting", plan.practical), cfg_line("pathological setting", plan.pathological)]
+    f = plan.fig4
+    lines += [(f"seeds: {list(plan.seeds)} for tables, {list(plan.ablation_seeds)} for ablations; "
+              f"s ∈ {list(plan.s_values)}, p ∈ {list(plan.p_values)}"),
+              (f"Fig. 4: {f['setting']} setting, K = {f['K']}, rounds {f['window'][0]}–{f['window'][1]}, client "
+              f"{f['client']}, grid {f['grid']}×{f['grid']}, {f['num_samples']} samples; Fig. 5: "
+              f"{plan.fig5_rounds} rounds")]
+    return lines
+
+
+def default_out(preset_name: str) -> str:
+    """figures/ for quick (committed), figures/paper/ for paper (a GPU run must not overwrite them)."""
+    return "figures" if preset_name == "quick" else "figures/paper"
+
+
+def _base_of(plan: Plan) -> RunConfig:
+    return preset(plan.base_name)
+
+
+def _command(preset_name, keys, out, rounds, seeds, fig4) -> str:
+    parts = ["fedala-lab figures", f"--preset {preset_name}"]
+    if keys and keys != list(FIGURES):
+        parts.append("--only " + ",".join(keys))
+    if str(out).rstrip("/") != default_out(preset_name):
+        parts.append(f"--out {out}")
+    if rounds is not None:
+        parts.append(f"--rounds {rounds}")
+    if seeds is not None:
+        parts.append(f"--seeds {seeds}")
+    if fig4 is not None:
+        parts.append("--fig4 " + ",".join(str(v) for v in fig4))
+    return " ".join(parts)
+
+
+def _read_index(out: Path) -> dict:
+    p = out / "index.json"
+    if p.is_file():
+        try:
+            d = json.loads(p.read_text())
+            if isinstance(d.get("figures"), dict):
+                return d
+        except json.JSONDecodeError:
+            pass
+    return {"figures": {}}
+
+
+def _environment() -> dict:
+    import torch
+
+    from ..engine.simulate import environment
+
+    cuda = torch.cuda.is_available()
+    env = environment(torch.device("cuda:0" if cuda else "cpu"))
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = None
+    return {"python": env["python"], "torch": env["torch"], "platform": env["platform"], "cpus": os.cpu_count(),
+            "cuda": env["device_name"] if cuda else None, "load_1min_at_end": None if load is None else round(load, 2),
+            "date": time.strftime("%Y-%m-%d")}

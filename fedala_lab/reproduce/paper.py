@@ -1,0 +1,302 @@
+"""The paper's figures and tables, each mapped to its runs (the plan's) and its Display: :data:`FIGURES`.
+
+Each maker takes a :class:`Context` (the plan, the run cache, the output folder), gets its runs, hands them
+to a Display and writes the files; it returns them with findings, sentences whose numbers are read off the
+runs, for the README. Which runs: fedala_lab/experiments/plans.py; drawing: fedala_lab/figures/.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import RunConfig, algo_label
+from ..experiments.plans import Plan
+from ..experiments.runs import RunCache, fig4_runs, get_or_run
+from .fedlama import fedlama_figures
+
+
+@dataclass
+class Context:
+    """What every maker works with: the plan, the run cache (shared by all figures of a call), where the
+    files go and in which formats."""
+
+    plan: Plan
+    store: RunCache
+    out: Path
+    progress: bool = True
+    formats: tuple[str, ...] = ("png", "pdf")
+    dpi: int = 100
+
+    def run(self, cfg: RunConfig):
+        """The run of ``cfg`` from the store, or computed now."""
+        return get_or_run(cfg, self.store, progress=self.progress)
+
+    def save(self, disp, stem: str) -> list[Path]:
+        """Write ``disp``'s figure as out/stem.<format>. PDFs carry no creation date, so files change only
+        when their content does (they are committed)."""
+        paths = []
+        for fmt in self.formats:
+            p = self.out / f"{stem}.{fmt}"
+            meta = {"CreationDate": None} if fmt == "pdf" else ({"Date": None} if fmt == "svg" else {})
+            disp.figure_.savefig(p, dpi=self.dpi, metadata=meta)
+            paths.append(p)
+        return paths
+
+    def write(self, name: str, text: str) -> Path:
+        p = self.out / name
+        p.write_text(text)
+        return p
+
+
+@dataclass
+class FigureSpec:
+    key: str  # --only name
+    paper: str  # which figure/table of the paper it reproduces
+    title: str
+    make: Callable[[Context], tuple[list[Path], list[str]]]  # -> files, findings
+
+
+def _table_runs(ctx: Context, setting: str, algos: tuple[str, ...] | None = None, seeds=None):
+    return [ctx.run(cfg) for cfg in ctx.plan.table(setting, algos, seeds).configs()]
+
+
+def make_data(ctx: Context):
+    from matplotlib.figure import Figure
+
+    from ..analysis.tables import setting_label
+    from ..data.federated import FederatedData
+    from ..figures.data import DataDistributionDisplay
+
+    settings = ctx.plan.settings
+    fig = Figure(figsize=(8.5, 3.2 * len(settings)), layout="constrained")
+    axes = fig.subplots(len(settings), 1, squeeze=False)[:, 0]
+    findings = []
+    for ax, s in zip(axes, settings):
+        cfg = ctx.plan.setting(s)
+        data = FederatedData.from_config(cfg.data)
+        d = DataDistributionDisplay.from_data(data, ax=ax,
+                                              title=f"{setting_label(cfg)}: samples per client and label")
+        summ = data.summary()
+        findings.append(f"{setting_label(cfg)}: {int(summ['train'].sum())} train / {int(summ['test'].sum())} "
+                        f"test samples; labels per client {int(summ['labels'].min())}–{int(summ['labels'].max())}; "
+                        f"train samples per client {int(summ['train'].min())}–{int(summ['train'].max())}")
+    return ctx.save(d, "fig6_data_distribution"), findings
+
+
+def make_fig2(ctx: Context):
+    from matplotlib.figure import Figure
+
+    from ..figures.ala import ALAWeightsDisplay
+
+    p, client = ctx.plan.fig2["p"], ctx.plan.fig2["client"]
+    run = ctx.run(ctx.plan.practical.replace(algo="fedala", p=p, seed=ctx.plan.ablation_seeds[0]))
+    first, last = ctx.plan.fig2["rounds"]
+    last = last or int(run.rounds["round"].max())
+    fig = Figure(figsize=(9.5, 6.6), layout="constrained")
+    subs = fig.subfigures(2, 1)
+    disps = [ALAWeightsDisplay.from_run(run, client, r, ax=sub.subplots(),
+                                        title=f"client {client}, after ALA in round {r}")
+             for sub, r in zip(subs, (first, last))]
+    findings = []
+    for d in disps:
+        s = d.summary()
+        findings.append(f"round {d.round_}: " + "; ".join(
+            f"{r.param} mean {r.mean:.2f} ({100 * r.at_1:.0f} % at 1, {100 * r.at_0:.0f} % at 0)"
+            for r in s.itertuples()))
+    change = max(float(abs(disps[1].weights_[n] - disps[0].weights_[n]).max()) for n in disps[0].weights_)
+    findings.append(f"largest change of any weight between rounds {disps[0].round_} and {disps[1].round_}: "
+                    f"{change:.3f}" + (" (W is learned in the start phase and then barely moves)" if change < 0.1
+                                       else " (W keeps changing after the start phase)"))
+    return ctx.save(disps[0], "fig2_ala_weights"), findings
+
+
+def make_fig3(ctx: Context):
+    from matplotlib.figure import Figure
+
+    from ..analysis.tables import setting_label
+    from ..figures.ala import ALALossDisplay
+
+    settings = ctx.plan.settings
+    fig = Figure(figsize=(6.4 * len(settings), 3.9), layout="constrained")
+    axes = fig.subplots(1, len(settings), squeeze=False)[0]
+    findings = []
+    client = ctx.plan.fig3_client
+    for ax, s in zip(axes, settings):
+        cfg = ctx.plan.setting(s).replace(algo="fedala", seed=ctx.plan.seeds[0])
+        run = ctx.run(cfg)
+        d = ALALossDisplay.from_run(run, client, ax=ax, title=f"{setting_label(cfg)}: client {client}")
+        c = d.curve_
+        sp, later = c[c.start_phase], c[~c.start_phase]
+        findings.append(f"{setting_label(cfg)}: start phase {len(sp)} epochs, loss {sp['loss'].iloc[0]:.3f} → "
+                        f"{sp['loss'].iloc[-1]:.3f}; later rounds (one epoch each) mean {later['loss'].mean():.3f}, "
+                        f"range {later['loss'].min():.3f}–{later['loss'].max():.3f}")
+    return ctx.save(d, "fig3_ala_loss"), findings
+
+
+def make_fig4(ctx: Context):
+    from ..engine.simulate import resolve_device
+    from ..figures.trajectory import TrajectoryDisplay
+
+    f = ctx.plan.fig4
+    cfg = ctx.plan.setting(f["setting"])
+    fa, fl = fig4_runs(cfg, K=f["K"], window=f["window"], client=f["client"], store=ctx.store,
+                       progress=ctx.progress)
+    d = TrajectoryDisplay.from_runs(fa, fl, f["client"], grid=f["grid"], rounds=f["window"],
+                                    num_samples=f["num_samples"], device=resolve_device(cfg.device),
+                                    progress=ctx.progress)
+    summ = d.landscape_.summary().set_index("label")
+    a, b = summ.loc["FedAvg"], summ.loc["FedALA"]
+    verdict = "lower" if b.final_end_loss < a.final_end_loss else "NOT lower"
+    ev = d.landscape_.explained_variance
+    findings = [
+        (f"K = {f['K']} (ALA on from round {f['K'] + 1}), rounds {f['window'][0]}–{f['window'][1]}, client "
+         f"{f['client']}, loss on {d.landscape_.num_samples} train samples, grid {f['grid']}×{f['grid']} "
+         f"({d.landscape_.seconds:.1f} s)"),
+        (f"FedALA's trajectory ends at {verdict} local loss than FedAvg's: last trained model "
+         f"{b.final_end_loss:.4f} vs {a.final_end_loss:.4f} (true losses of the models, not of their "
+         f"projections); mean start-of-round loss {b.mean_start_loss:.3f} vs {a.mean_start_loss:.3f}"),
+        (f"C1 + C2 explain {100 * (ev[0] + ev[1]):.1f} % of the variance; largest distance off the plane "
+         f"{max(a.max_residual, b.max_residual):.3g} (FedAvg {a.max_residual:.3g}, FedALA "
+         f"{b.max_residual:.3g}; path lengths in the plane {a.path_length:.3g} and {b.path_length:.3g})"),
+    ]
+    d.landscape_.points().to_csv(ctx.out / "fig4_trajectory_points.csv", index=False)
+    return ctx.save(d, "fig4_trajectory") + [ctx.out / "fig4_trajectory_points.csv"], findings
+
+
+def make_fig5(ctx: Context):
+    from ..figures.convergence import ConvergenceDisplay
+
+    cfg = ctx.plan.practical.replace(rounds=ctx.plan.fig5_rounds, seed=ctx.plan.seeds[0])
+    runs = [ctx.run(cfg.replace(algo=a)) for a in ("fedavg", "fedala")]
+    d = ConvergenceDisplay.from_runs(runs)
+    findings = []
+    for r in d.gap_.itertuples():
+        meet = f"within 10 % of each other from round {int(r.meet_round)} on" if r.meet_round == r.meet_round \
+            else "not within 10 % of each other by the last round"
+        findings.append(f"{r.label}: final initialised {r.final_init_loss:.4f} vs trained {r.final_trained_loss:.4f}; "
+                        f"{meet}")
+    return ctx.save(d, "fig5_convergence"), findings
+
+
+def make_table2(ctx: Context):
+    from ..figures.tables import AccuracyTable
+
+    runs = [r for s in ctx.plan.settings for r in _table_runs(ctx, s)]
+    t = AccuracyTable.from_runs(runs, title="Test accuracy (%) — Tables 2/7 layout")
+    files = ctx.save(t, "table2_accuracy")
+    files += [ctx.write("table2_accuracy.md", t.to_markdown()), ctx.write("table2_accuracy.tex", t.to_latex()),
+              _csv(t.stats_, ctx.out / "table2_accuracy.csv")]
+    st = t.stats_
+    findings = []
+    for setting, df in st.groupby("setting", sort=False):
+        top = df.sort_values("best_mean", ascending=False).iloc[0]
+        findings.append(f"{setting}: highest best-round accuracy {top['row']} {top['best_mean']:.2f} %; "
+                        + ", ".join(f"{r.row} {r.best_mean:.2f}" for r in df.itertuples()))
+    return files, findings
+
+
+def make_applicability(ctx: Context):
+    from ..figures.tables import AccuracyTable
+
+    runs = _table_runs(ctx, "practical", algos=("fedavg", "fedala", "fedprox", "fedprox+ala"))
+    t = AccuracyTable.from_applicability(runs, title="ALA added to FedAvg and FedProx")
+    files = ctx.save(t, "applicability")
+    files += [ctx.write("applicability.md", t.to_markdown()), ctx.write("applicability.tex", t.to_latex()),
+              _csv(t.stats_, ctx.out / "applicability.csv")]
+    findings = [f"{algo_label(r.base)}+ALA ({r.with_ala}): {r.ala_mean:.2f} vs {algo_label(r.base)} "
+                f"{r.base_mean:.2f} % ({r.gain:+.2f} points, best round)" for r in t.stats_.itertuples()]
+    return files, findings
+
+
+def _ablation(ctx: Context, param: str, stem: str):
+    import pandas as pd
+
+    from ..analysis.tables import format_mean_std, frame_to_markdown
+    from ..figures.ablation import AblationDisplay
+
+    runs = [ctx.run(cfg) for cfg in ctx.plan.ablation(param).configs()]
+    d = AblationDisplay.from_runs(runs, param=param)
+    df = d.frame_
+    md = pd.DataFrame({param: [f"{v:g}" for v in df[param]]})
+    md["best acc %"] = [format_mean_std(m, s) for m, s in zip(df["best_mean"], df["best_std"])]
+    md["final acc %"] = [format_mean_std(m, s) for m, s in zip(df["final_mean"], df["final_std"])]
+    if "ala_weights" in df:
+        md["ALA weights"] = [f"{int(v):,}" for v in df["ala_weights"]]
+    md["ALA ms/round"] = [f"{1000 * v:.1f}" for v in df["ala_seconds"]]
+    files = ctx.save(d, stem) + [ctx.write(f"{stem}.md", frame_to_markdown(md.set_index(param))),
+                                 _csv(df, ctx.out / f"{stem}.csv")]
+    findings = [", ".join(f"{param}={r[param]:g}: {r['best_mean']:.2f}" for _, r in df.iterrows())
+                + " (best-round accuracy %, mean over seeds)"]
+    if "ala_weights" in df:
+        findings.append("ALA weights: " + ", ".join(f"p={int(r['p'])}: {int(r['ala_weights']):,}"
+                                                    for _, r in df.iterrows()))
+    findings.append("ALA time per round, all clients (ms; wall clock, inflated by other load): " + ", ".join(
+        f"{param}={r[param]:g}: {1000 * r['ala_seconds']:.0f}" for _, r in df.iterrows()))
+    return files, findings
+
+
+def make_table1(ctx: Context):
+    return _ablation(ctx, "s", "table1_s_ablation")
+
+
+def make_table6(ctx: Context):
+    return _ablation(ctx, "p", "table6_p_ablation")
+
+
+def make_curves(ctx: Context):
+    from matplotlib.figure import Figure
+
+    from ..analysis.tables import setting_label
+    from ..figures.curves import AccuracyCurveDisplay
+
+    settings = ctx.plan.settings
+    fig = Figure(figsize=(6.0 * len(settings), 3.9), layout="constrained")
+    axes = fig.subplots(1, len(settings), squeeze=False)[0]
+    findings = []
+    for ax, s in zip(axes, settings):
+        runs = _table_runs(ctx, s, seeds=ctx.plan.seeds[:1])
+        d = AccuracyCurveDisplay.from_runs(runs, ax=ax, title=f"{setting_label(ctx.plan.setting(s))} (seed "
+                                                              f"{ctx.plan.seeds[0]})")
+        findings.append(f"{setting_label(ctx.plan.setting(s))}: final " + ", ".join(
+            f"{lab} {df['value'].iloc[-1]:.2f}" for lab, df in d.curves_.groupby("label", sort=False)))
+    return ctx.save(d, "accuracy_curves"), findings
+
+
+def make_fedlama(ctx: Context):
+    """FedLAMA's figures (fedlama.py) at the plan's scale (its runs are counted by ctx.store, which it uses)."""
+    scale, overrides = ctx.plan.fedlama
+    results = fedlama_figures(ctx.out, preset=scale, store=ctx.store, progress=ctx.progress,
+                              overrides=overrides or None)
+    files = [Path(f) for r in results for f in r["files"]]
+    return files, [f"{Path(r['file']).stem}: {r['reproduces']}" for r in results]
+
+
+def _csv(df, path: Path) -> Path:
+    df.to_csv(path, index=False, float_format="%.6g")
+    return path
+
+
+FIGURES: dict[str, FigureSpec] = {s.key: s for s in [
+    FigureSpec("table2", "Tables 2 and 7", "accuracy of FedAvg, FedProx, FedAvg-C and FedALA, mean ± std over "
+               "seeds, best and final round", make_table2),
+    FigureSpec("fig2", "Fig. 2", "learned ALA weights W per layer (lighter = larger), after the start phase "
+               "and in the last round", make_fig2),
+    FigureSpec("fig3", "Fig. 3", "ALA loss against weight-learning epochs: start phase, then one epoch per "
+               "round", make_fig3),
+    FigureSpec("fig4", "Fig. 4", "local trajectory of one client on its loss surface (PCA plane), FedAvg "
+               "black vs FedALA blue, ALA switched on after K rounds", make_fig4),
+    FigureSpec("fig5", "Fig. 5", "global objective of the initialised vs the trained local models per round",
+               make_fig5),
+    FigureSpec("table1", "Table 1 (s)", "accuracy and ALA cost against s (% of local data used to learn W)",
+               make_table1),
+    FigureSpec("table6", "Tables 1 (p) and 6", "accuracy and number of ALA weights against p", make_table6),
+    FigureSpec("applicability", "Applicability of ALA (Cifar100 in the paper)", "accuracy gain when ALA is "
+               "added to FedAvg and FedProx", make_applicability),
+    FigureSpec("data", "Figs. 6–9", "samples per client and label (bubble plots)", make_data),
+    FigureSpec("fedlama", "FedLAMA Fig. 1 and Tables 1–4", "layer-wise aggregation intervals: δ_l vs 1 − λ_l, "
+               "accuracy vs communication (also with ALA), interval timeline", make_fedlama),
+    FigureSpec("curves", "— (supplementary)", "test accuracy per round of the table's methods (seed 0)",
+               make_curves),
+]}

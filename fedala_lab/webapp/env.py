@@ -1,0 +1,25 @@
+"""The app's environment: no telemetry (set before Gradio is imported) and where its runs are kept."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def offline_env() -> None:
+    """Keep Gradio and the Hugging Face hub client quiet: no telemetry, no version checks, no hub calls.
+
+    Both libraries read these variables when imported, so :mod:`.ui` calls this before it imports gradio;
+    every entry point (``python app.py``, ``fedala-lab app``, ``from fedala_lab.webapp import ui``) gets
+    gradio through it.
+    ``setdefault``: a user who wants otherwise can still say so in the environment.
+    """
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+
+def default_store_root() -> Path:
+    """``$FEDALA_LAB_APP_RUNS`` or ``./runs/app``: kept apart from the CLI's ``./runs`` on purpose, so the
+    Runs tab shows (and can reach) only what the app itself computed."""
+    return Path(os.environ.get("FEDALA_LAB_APP_RUNS", os.path.join("runs", "app")))
