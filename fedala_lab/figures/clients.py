@@ -20,9 +20,8 @@ from .base import Display, new_axes
 from .style import styled_groups
 
 
-class ClientAccuracyDisplay(Display):
-    """One marker per client and method at the client's final accuracy (%); a grey bar spans each client's
-    range across methods. ``frame``: label, algo, client, acc (:func:`client_accuracy`)."""
+class ClientDisplay(Display):
+    """What the per-client Displays share: ``frame`` is label, algo, client, acc (:func:`client_accuracy`)."""
 
     def __init__(self, frame: pd.DataFrame, *, title: str | None = None):
         self.frame_ = frame
@@ -30,7 +29,13 @@ class ClientAccuracyDisplay(Display):
 
     @classmethod
     def from_runs(cls, runs, *, labels=None, ax=None, title: str | None = None):
+        """Each client's accuracy at its run's last evaluated round (labels: as for the curves), drawn."""
         return cls(client_accuracy(runs, labels), title=title).plot(ax=ax)
+
+
+class ClientAccuracyDisplay(ClientDisplay):
+    """One marker per client and method at the client's final accuracy (%); a grey bar spans each client's
+    range across methods."""
 
     def plot(self, ax=None):
         df = self.frame_
@@ -55,18 +60,9 @@ class ClientAccuracyDisplay(Display):
         return self._drawn(fig, ax)
 
 
-class ClientSpreadDisplay(Display):
+class ClientSpreadDisplay(ClientDisplay):
     """The distribution of the clients' final accuracies per method: a box (quartiles, whiskers) and every
-    client as a point, drawn with seaborn on a pyplot-free Figure. ``frame`` as for
-    :class:`ClientAccuracyDisplay`."""
-
-    def __init__(self, frame: pd.DataFrame, *, title: str | None = None):
-        self.frame_ = frame
-        self.title = title
-
-    @classmethod
-    def from_runs(cls, runs, *, labels=None, ax=None, title: str | None = None):
-        return cls(client_accuracy(runs, labels), title=title).plot(ax=ax)
+    client as a point, drawn with seaborn on a pyplot-free Figure."""
 
     def plot(self, ax=None):
         import seaborn as sns  # here: importing seaborn takes seconds
