@@ -16,11 +16,7 @@ from __future__ import annotations
 
 import logging
 
-from .env import offline_env
-
-offline_env()  # before gradio is imported: it reads these at import time
-
-import gradio as gr
+import gradio as gr  # after the package's offline_env()
 
 from .jobs import Jobs
 from .settings import DATA_FIELDS, DEFAULTS, TRAIN_FIELDS, Settings, data_settings, make_config
