@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from . import webapp
-from .analysis.tables import sweep_table, table_markdown
+from .analysis.tables import data_title, sweep_table, table_markdown
 from .config import (
     ALGORITHMS,
     BACKENDS,
@@ -213,7 +213,7 @@ def cmd_data(args) -> int:
     cfg = DataConfig(**changes)
     data = FederatedData.from_config(cfg)
     disp = DataDistributionDisplay.from_data(data, kind=args.kind, split=args.split,
-                                             title=_data_title(cfg))
+                                             title=f"{data_title(cfg)}: samples per client and label")
     formats = None if out.suffix else ("png", "pdf")
     written = disp.savefig(out if out.suffix else out.with_suffix(".png"), formats=formats)
     summary = data.summary()
@@ -226,14 +226,6 @@ def cmd_data(args) -> int:
         disp.counts_.to_csv(args.csv, index=False)
         print(f"wrote {args.csv}")
     return 0
-
-
-def _data_title(cfg: DataConfig) -> str:
-    if cfg.is_pfllib:
-        return f"{Path(cfg.dataset[7:]).name}: samples per client and label"
-    part = {"iid": "IID", "pathological": f"pathological ({cfg.classes_per_client} labels/client)",
-            "dirichlet": f"Dir(β={cfg.beta:g})"}[cfg.partition]
-    return f"{cfg.dataset}, {part}, {cfg.num_clients} clients"
 
 
 # ------------------------------------------------------------------------------------------------- sweep

@@ -46,4 +46,9 @@ class TrainingDiverged(FedalaError, RuntimeError):
 
 
 class RunCancelled(FedalaError):
-    """A run was stopped by its caller (the app's Stop button). Its last checkpoint can be resumed."""
+    """A run was stopped by its caller (the app's Stop button). Its last checkpoint can be resumed; ``run``
+    holds what was recorded up to that point (a Run with status "partial")."""
+
+    def __init__(self, message: str, run=None):
+        super().__init__(message)
+        self.run = run

@@ -16,6 +16,7 @@ from conftest import APP_SMALL
 
 gr = pytest.importorskip("gradio")
 
+from fedala_lab.config import algo_label
 from fedala_lab.errors import ConfigError
 from fedala_lab.experiments.presets import preset
 from fedala_lab.experiments.runs import get_or_run
@@ -139,13 +140,17 @@ def test_stop_keeps_the_checkpoint_and_run_again_resumes(app, tmp_path):
         if desc and "round 3/" in desc:
             assert app.stop(request).startswith("Stopping after the current round…")
 
-    *_, table, status = app.train(
+    acc_fig, _, table, status = app.train(
         ["fedala"], **settings, progress=Progress(click_stop_in_round_3), request=request
     )
-    assert status.startswith("Stopped: FedALA run stopped after round 4 of 8")
-    assert table.empty
+    assert status == "Stopped after round 4 of 8 (checkpoint kept: Run again resumes)."
+    # what was done so far is shown: the partial curve, and the run's row saying where it stopped
+    (line,) = acc_fig.axes[0].get_lines()
+    assert line.get_label() == "FedALA (stopped at round 4)" and list(line.get_xdata()) == [1, 2, 3, 4]
+    assert list(table["status"]) == ["stopped at round 4"] and list(table["rounds"]) == [4]
     cfg = ui.make_config(algo="fedala", **settings)
     assert app.store.find(cfg) is None and app.store.checkpoint_for(cfg).is_file()
+    assert table["run"].iloc[0] == app.store.name_for(cfg)  # the name the Runs tab lists it by
 
     rec = Progress()
     *_, table, status = app.train(["fedala"], **settings, progress=rec, request=request)
@@ -168,6 +173,11 @@ def test_ala_inside_draws_fig2_and_fig3(app):
     _, w = run.ala_weights(3, 4)
     np.testing.assert_allclose(images[0].get_array(), w[names[0]])
     assert list(table["param"]) == names and "after round 4" in note
+    from fedala_lab.data.federated import FederatedData
+
+    held = FederatedData.from_config(run.config.data).labels_held(3)
+    assert f"holds labels {', '.join(map(str, held))}" in note
+    assert len(w_fig.axes[0].patches) == len(held)  # Fig. 2 frames the output rows of the labels it holds
     assert loss_fig.axes[0].get_lines() and "epoch" in loss_fig.axes[0].get_xlabel()
     with pytest.raises(gr.Error, match="round=1 is not allowed"):
         app.ala(3, 1, **SMALL)
@@ -186,6 +196,32 @@ def test_ala_inside_recomputes_when_the_client_was_not_tracked(app):
     assert "client 17" in w_fig._suptitle.get_text()
 
 
+def test_train_offers_local_and_draws_each_clients_accuracy(app):
+    *_, table, _ = app.train(["fedavg", "fedala", "local"], **SMALL)
+    assert list(table["algorithm"]) == ["FedAvg", "FedALA", "Local"]
+    per_client, spread = app.train_clients(["fedavg", "fedala", "local"], **SMALL)
+    ax = per_client.axes[0]
+    assert [t.get_text().split(":")[0] for t in ax.get_legend().get_texts()] == ["FedAvg", "FedALA", "Local"]
+    assert [len(c.get_offsets()) for c in ax.collections[1:]] == [10, 10, 10]  # one marker per client
+    assert [t.get_text() for t in spread.axes[0].get_xticklabels()] == ["FedAvg", "FedALA", "Local"]
+    # nothing stored for these settings yet: nothing drawn, what the page shows stays
+    assert app.train_clients(["fedprox"], **{**SMALL, "seed": 77}) == (gr.skip(), gr.skip())
+
+
+def test_stop_before_a_queued_job_starts_keeps_what_the_page_shows(app):
+    request = types.SimpleNamespace(session_hash="waiting")
+    app.arm("train")(request)  # the Run click: the job now waits in the queue
+    assert app.stop(request) == "The job waiting in the queue will not start."
+    rec = Progress()
+    out = app.train(["fedavg"], **{**SMALL, "seed": 31}, progress=rec, request=request)
+    assert out == (gr.skip(), gr.skip(), gr.skip(), "Stopped before it started.")
+    assert not [d for d in rec.descs if "round" in d]
+    # the next click is a fresh job
+    app.arm("train")(request)
+    *_, status = app.train(["fedavg"], **{**SMALL, "seed": 31}, progress=Progress(), request=request)
+    assert status.startswith("1 run(s) in")
+
+
 def test_trajectory_draws_fig4(app):
     fig, table, note = app.trajectory(2, 5, 2, 7, **{**SMALL, "rounds": 8})
     from matplotlib.contour import ContourSet
@@ -200,6 +236,8 @@ def test_trajectory_draws_fig4(app):
     assert "rounds 3–8" in note and "after round 5" in note
     with pytest.raises(gr.Error, match="K=8 is not allowed"):
         app.trajectory(2, 8, 2, 7, **{**SMALL, "rounds": 8})
+    with pytest.raises(gr.Error, match="client=10 is not allowed: a client id from 0 to 9"):
+        app.trajectory(10, 5, 2, 7, **{**SMALL, "rounds": 8})
 
 
 def test_ablation_sweeps_p_and_refuses_p_beyond_the_model(app):
@@ -225,20 +263,59 @@ def test_fedlama_compares_communication_at_equal_steps(app):
 
 
 def test_runs_tab_reaches_only_the_store(app, tmp_path):
-    table, _, fig, details = app.runs("")
+    table, _, fig, details, _ = app.runs("")
     assert len(table) >= 2 and fig is None and details == {}
     name = table["name"].iloc[0]
-    table, _, fig, details = app.runs(name)
-    assert fig.axes[0].get_lines() and details["config"]["algo"] == table.set_index("name").loc[name, "algo"]
+    table, _, fig, details, _ = app.runs(name)
+    algo = details["config"]["algo"]
+    assert fig.axes[0].get_lines() and algo_label(algo) == table.set_index("name").loc[name, "algorithm"]
     outside = tmp_path / "elsewhere"
     outside.mkdir()
-    for bad in ("../" + name, "/etc/passwd", str(outside), ".checkpoints", "no-such-run"):
-        with pytest.raises(gr.Error):
+    for bad in ("../" + name, "/etc/passwd", str(outside), ".checkpoints", "no-such-run", ["no-such-run"]):
+        with pytest.raises(gr.Error, match="is not a run name"):
             app.runs(bad)
 
 
+def test_runs_tab_lists_stopped_runs_filters_and_compares(app):
+    from fedala_lab.record.store import RunStore
+
+    request = types.SimpleNamespace(session_hash="runs-tab")
+
+    def stop_in_round_1(progress, desc):
+        if desc and "round 1/" in desc:
+            app.stop(request)
+
+    app.train(["fedala"], **{**SMALL, "seed": 9, "rounds": 6}, progress=Progress(stop_in_round_1), request=request)
+    listed, *_ = app.runs("")
+    stopped = listed[listed["status"].str.startswith("stopped")]
+    assert list(stopped["status"]) == ["stopped at round 2"]
+    assert set(listed.columns) >= {"date", "algorithm", "data", "clients", "settings", "rounds", "status",
+                                   "best acc %", "final acc %", "name"}
+    fedala = listed[listed["algorithm"] == "FedALA"]
+    assert (fedala["settings"].str.contains("η 1, s 80, p")).all() and (fedala["data"] == "digits Dir(0.1)").any()
+    # filters: algorithm, status, text
+    only, *_ = app.runs("", algorithm="fedavg")
+    assert set(only["algorithm"]) == {"FedAvg"}
+    only, *_ = app.runs("", status="stopped")
+    assert list(only["name"]) == list(stopped["name"])
+    only, *_ = app.runs("", text="S 80, P 2")
+    assert len(only) and only["settings"].str.contains("s 80, p 2").all()
+    # several runs: their curves on one plot (the stopped one's rounds so far too), a table comparing them
+    pick = [fedala.loc[fedala["status"] == "complete", "name"].iloc[0], stopped["name"].iloc[0]]
+    _, selection, fig, details, compared = app.runs(pick)
+    assert selection.value == pick
+    lines = fig.axes[0].get_lines()
+    assert len(lines) == 2 and lines[1].get_label().endswith("(stopped at round 2), digits Dir(0.1)")
+    assert list(lines[1].get_xdata()) == [1, 2]
+    assert list(compared["run"]) == pick and list(compared["status"]) == ["complete", "stopped at round 2"]
+    assert details["name"] == pick[-1] and details["summary"]["status"] == "partial"
+    assert RunStore(app.store.root).find(app.store.load(pick[0]).config) is not None  # read-only: nothing moved
+
+
 def test_unexpected_errors_become_a_short_message():
-    @ui._friendly
+    from fedala_lab.webapp.jobs import friendly
+
+    @friendly
     def broken():
         raise ZeroDivisionError("division by zero")
 

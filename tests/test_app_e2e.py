@@ -140,13 +140,20 @@ def test_partition_and_train_through_the_api(server, client):
     assert "2 from the run store" in status2
 
     # and the Runs tab lists and reloads them, by name only
-    table, _, fig, details = client.predict("", api_name="/runs")
+    table, _, fig, details, _ = client.predict("", api_name="/runs")
     names = {r["name"] for r in _rows(table)}
     assert {r["run"] for r in rows.values()} <= names
     name = rows["FedALA"]["run"]
-    _, _, fig, details = client.predict(name, api_name="/runs")
+    _, _, fig, details, _ = client.predict(name, api_name="/runs")
     assert fig["plot"].startswith("data:image/")
     assert details["config"]["algo"] == "fedala" and details["summary"]["rounds"] == SMALL["rounds"]
+    # several at once: one plot, and a table comparing them
+    both = [rows["FedAvg"]["run"], name]
+    _, _, fig, details, compared = client.predict(both, api_name="/runs")
+    assert [r["run"] for r in _rows(compared)] == both and details["name"] == name
+    # filtered: FedALA's runs only
+    table, *_ = client.predict("", algorithm="fedala", api_name="/runs")
+    assert {r["algorithm"] for r in _rows(table)} == {"FedALA"} and name in {r["name"] for r in _rows(table)}
 
 
 def test_bad_inputs_show_the_library_message_and_the_app_stays_usable(server, client):
@@ -192,8 +199,9 @@ def test_raw_http_bad_numbers_get_a_message_and_no_traceback(server):
         event, data = _raw_call(url, "train", [["fedavg"], *[values[k] for k in DATA_FIELDS + TRAIN_FIELDS]])
         assert event == "error", (field, value, data)
         assert re.search(pattern, json.loads(data)["error"]), data
-    time.sleep(0.5)  # the log is written by another process
-    added = log.read_text()[len(before):]
+    deadline = time.monotonic() + 30  # the log is written by another process: wait for its five lines
+    while (added := log.read_text()[len(before):]).count("refused:") < 5 and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert "Traceback" not in added, added
     assert added.count("refused:") == 5, added
 
@@ -239,9 +247,28 @@ def test_stop_endpoint_stops_the_sessions_run(server):
         assert time.monotonic() < deadline and not job.done(), "the run never reported progress"
         time.sleep(0.1)
     assert c.predict(api_name="/stop").startswith("Stopping after the current round…")
-    *_, status = job.result(timeout=120)
-    assert status.startswith("Stopped: FedAvg run stopped after round"), status
+    acc, _, summary, status = job.result(timeout=120)
+    k = int(re.fullmatch(r"Stopped after round (\d+) of 300 \(checkpoint kept: Run again resumes\)\.", status)[1])
+    # what was done so far comes back: the curve of its k rounds and its row
+    assert acc["plot"].startswith("data:image/")
+    assert [(r["status"], r["rounds"]) for r in _rows(summary)] == [(f"stopped at round {k}", k)]
     assert (server[1] / ".checkpoints").is_dir() and any((server[1] / ".checkpoints").iterdir())
+
+
+def _img_src(page, selector: str):
+    """The source of the figure drawn in ``selector`` (None while none is)."""
+    img = page.locator(f"{selector} img")
+    return img.first.get_attribute("src") if img.count() else None
+
+
+def _wait_img(page, selector: str, old, timeout: int = 60_000) -> None:
+    """Wait until ``selector`` shows a loaded figure other than ``old``."""
+    page.wait_for_function(
+        "([s, old]) => { const i = document.querySelector(s + ' img');"
+        " return i && i.src !== old && i.complete && i.naturalWidth > 0; }",
+        arg=[selector, old],
+        timeout=timeout,
+    )
 
 
 @pytest.mark.browser
@@ -300,39 +327,70 @@ def test_browser_moves_a_slider_runs_and_shows_the_plot(server, tmp_path):
             if extra:
                 page.screenshot(path=extra, full_page=False)
 
-            # Stop: a long run reports its rounds, stops after the current one and keeps its checkpoint
+            # Stop: a long run reports its rounds, stops after the current one, keeps its checkpoint and shows
+            # what it did: the partial curve and its row (never a blank page)
             slider.fill("300")
             expect(page.locator("#rounds input[type='number']")).to_have_value("300")
+            before = _img_src(page, "#train-acc-plot")
             page.locator("#train-run").click()
             progress = page.get_by_text(re.compile(r"round \d+/300 · accuracy")).first
             expect(progress).to_be_visible(timeout=60_000)
             page.locator("#train-stop").click()
-            # the acknowledgement, or (on a fast machine) already the stopped run's own status line
+            summary = page.locator("#train-summary")
+            expect(summary).to_contain_text(re.compile(r"stopped at round \d+"), timeout=60_000)
+            k = int(re.search(r"stopped at round (\d+)", summary.inner_text())[1])
+            # the job's own line, or (should Stop's acknowledgement come in last) that acknowledgement
             expect(page.locator("#train-status")).to_contain_text(
-                re.compile(r"Stopping after the current round|Stopped"))
+                re.compile(rf"Stopped after round {k} of 300 \(FedAvg \(1/2\); checkpoint kept: Run again "
+                           r"resumes\)|Stopping after the current round"))
+            _wait_img(page, "#train-acc-plot", before)  # redrawn: FedAvg's k rounds so far
             long_run = make_config(algo="fedavg", **{**page_defaults, "rounds": 300})
-            checkpoint = RunStore(server[1]).checkpoint_for(long_run)
-            deadline = time.monotonic() + 60
-            while not checkpoint.is_file():
-                assert time.monotonic() < deadline, "Stop left no checkpoint"
-                time.sleep(0.2)
-            assert RunStore(server[1]).find(long_run) is None  # stopped, not finished
+            store = RunStore(server[1])
+            assert store.checkpoint_for(long_run).is_file() and store.find(long_run) is None  # stopped, kept
+
+            # a refused value: the message names the field, the value stays as typed (never clamped to 1),
+            # and what the page showed stays
+            shown = _img_src(page, "#train-acc-plot")
+            batch = page.locator("#batch-size input[type='number']")
+            batch.fill("0")
+            page.locator("#train-run").click()
+            errors = page.locator("[data-testid='toast-body'].error")
+            expect(errors.filter(has_text="batch_size=0 is not allowed: a whole number from 1 to 64").first
+                   ).to_be_visible(timeout=15_000)
+            expect(batch).to_have_value("0")
+            assert _img_src(page, "#train-acc-plot") == shown
+            expect(page.locator("#train-acc-plot img")).to_be_visible()
+            expect(summary).to_contain_text(f"stopped at round {k}")
+            batch.fill("10")
 
             # a bad value shows the library's message in a visible error, and the page stays usable
             page.locator("#beta input").fill("0")
             page.locator("#beta input").press("Enter")
-            toast = page.locator("[data-testid='toast-body'].error").first
-            expect(toast).to_contain_text("beta=0.0 is not allowed: a finite number > 0", timeout=15_000)
+            expect(errors.filter(has_text="beta=0.0 is not allowed: a finite number > 0").first).to_be_visible(
+                timeout=15_000)
             page.get_by_role("tab", name="Data").click()
-            before = page.locator("#data-plot img").get_attribute("src")  # still the β = 0.1 partition
+            before = _img_src(page, "#data-plot")  # still the β = 0.1 partition
             page.locator("#beta input").fill("0.5")
             page.locator("#beta input").press("Enter")
-            page.wait_for_function(  # redrawn for β = 0.5: the app kept working after the errors
-                "(old) => { const i = document.querySelector('#data-plot img');"
-                " return i && i.src !== old && i.complete && i.naturalWidth > 0; }",
-                arg=before,
-                timeout=30_000,
-            )
+            _wait_img(page, "#data-plot", before)  # redrawn for β = 0.5: the app kept working after the errors
+
+            # the Runs tab: the stopped run is listed; two runs picked are compared on one plot
+            page.get_by_role("tab", name="Runs").click()
+            listing = page.locator("#runs-table")
+            expect(listing).to_contain_text(f"stopped at round {k}", timeout=30_000)
+            page.locator("#runs-text input, #runs-text textarea").first.fill("r12-")  # this test's 12-round runs
+            page.locator("#runs-text input, #runs-text textarea").first.press("Enter")
+            expect(listing.locator("[data-testid='cell-1-0']")).to_be_visible(timeout=30_000)
+            expect(listing.locator("[data-testid='cell-2-0']")).to_have_count(0)
+            plot = _img_src(page, "#run-plot")
+            for row in (0, 1):
+                listing.locator(f"[data-testid='cell-{row}-1']").click()
+                expect(page.locator("#runs-compared").locator(f"[data-testid='cell-{row}-0']")).to_be_visible(
+                    timeout=30_000)
+            compared = page.locator("#runs-compared")
+            expect(compared).to_contain_text("FedAvg")
+            expect(compared).to_contain_text("FedALA")
+            _wait_img(page, "#run-plot", plot)
         finally:
             browser.close()
     # no request left this machine (fonts, scripts, analytics: all local)

@@ -7,7 +7,7 @@ import torch
 from conftest import small_cfg
 
 from fedala_lab.algorithms.base import state_to_dict
-from fedala_lab.engine.simulate import Simulation
+from fedala_lab.engine.simulate import Simulation, read_checkpoint
 from fedala_lab.errors import RunCancelled, TrainingDiverged
 
 METRICS = ["test_acc", "test_loss", "train_loss", "init_loss", "trained_loss", "test_correct", "test_num"]
@@ -93,8 +93,18 @@ def test_resume_after_interruption_equals_uninterrupted(ragged, tmp_path):
     def stop_at_3(sim, row):
         return row["round"] < 3
 
-    with pytest.raises(RunCancelled):
+    with pytest.raises(RunCancelled) as stopped:
         Simulation(cfg, ragged).run(progress=False, callback=stop_at_3, checkpoint=ckpt)
+    # the error carries what was recorded so far, and the checkpoint reads back as the same partial run
+    partial = stopped.value.run
+    assert partial.status == "partial" and partial.summary()["rounds"] == 3
+    times = [c for c in full.rounds.columns if c.endswith("seconds")]
+    pd.testing.assert_frame_equal(partial.rounds.drop(columns=times), full.rounds[:3].drop(columns=times))
+    again = read_checkpoint(ckpt)
+    assert again.config == cfg and again.status == "partial" and again.meta["stopped_round"] == 3
+    pd.testing.assert_frame_equal(again.rounds, partial.rounds)
+    pd.testing.assert_frame_equal(again.ala, partial.ala)
+    assert read_checkpoint(tmp_path / "absent.pt") is None
     resumed_sim = Simulation(cfg, ragged)
     assert resumed_sim.load_checkpoint(ckpt) and resumed_sim.round == 3
     resumed = resumed_sim.run(progress=False, checkpoint=ckpt)

@@ -36,6 +36,13 @@ def test_label_counts_is_tidy_and_complete(digits):
     assert got.to_dict() == {int(k): int(v) for k, v in zip(*np.unique(y.numpy(), return_counts=True))}
 
 
+def test_labels_held_are_those_counted(digits):
+    counts = digits.label_counts()
+    for split in ("train", "test"):
+        want = sorted(counts[(counts.client == 3) & (counts.split == split)]["label"])
+        assert digits.labels_held(3, split) == want
+
+
 def test_from_config_is_memoised_and_tensors_stay_put(digits):
     again = FederatedData.from_config(DataConfig(dataset="digits", partition="dirichlet", beta=0.1, num_clients=20))
     assert again is digits  # the app and notebooks rebuild the same data without re-reading it

@@ -267,6 +267,9 @@ def test_displays_draw_the_computed_data(teach_runs):
     assert len(com.lines_) == len(com.markers_) == 3
     assert [t.get_text().split(":")[0] for t in com.ax_.get_legend().get_texts()] == list(teach_runs)
     assert "% of FedAvg(τ0)" in com.ax_.get_xlabel()
+    # one colour per method, as in every figure: FedAvg's two intervals black (solid, dashed), FedLAMA purple
+    assert [(ln.get_color(), ln.get_linestyle()) for ln in com.lines_] == [
+        ("black", "-"), ("black", "--"), ("tab:purple", "-")]
     assert "| FedLAMA(τ0=10, φ=2) |" in com.to_markdown()
 
     tl = IntervalTimelineDisplay.from_run(run)

@@ -107,6 +107,82 @@ def test_ala_loss_display_marks_the_start_phase(runs):
     assert "start phase" in [t.get_text() for t in d.ax_.get_legend().get_texts()][-1]
 
 
+def test_ala_weights_mark_the_labels_the_client_holds(runs):
+    from matplotlib.patches import Rectangle
+
+    from fedala_lab.data.federated import FederatedData
+    from fedala_lab.figures import ALALossDisplay, ALAWeightsDisplay
+
+    run = runs["p2", 0]
+    held = FederatedData.from_config(run.config.data).labels_held(8)
+    assert 0 < len(held) < 10  # Dir(0.1): a few labels
+    d = ALAWeightsDisplay.from_run(run, client=8, held_labels=held)
+    assert d.output_layer() == ["fc.weight", "fc.bias"]
+    assert len(d.held_marks_) == 2 * len(held)  # a frame per held label on the output weight and its bias
+    out = d.ax_[2]  # fc.weight: one row per label
+    assert sorted(int(p.get_y() + 0.5) for p in out.patches if isinstance(p, Rectangle)) == held
+    red = [int(t.get_text()) for t in out.get_yticklabels() if t.get_color() == "tab:red"]
+    assert red == held and f"{len(held)} label(s) it holds" in d.figure_._suptitle.get_text()
+    assert not [p for p in d.ax_[0].patches if isinstance(p, Rectangle)]  # fc2's rows are no labels
+    # Fig. 3 marks the round Fig. 2 shows
+    loss = ALALossDisplay.from_run(runs["fedala", 0], client=8, round_=4)
+    x0, x1 = loss.round_mark_.get_x(), loss.round_mark_.get_x() + loss.round_mark_.get_width()
+    ala = loss.curve_
+    assert list(ala.loc[(ala["cum_epoch"] > x0) & (ala["cum_epoch"] < x1), "round"].unique()) == [4]
+    assert ALALossDisplay.from_run(runs["fedala", 0], client=8).round_mark_ is None
+
+
+def test_one_colour_per_method_everywhere():
+    from fedala_lab.figures.style import colour_for, line_styles
+
+    assert colour_for("fedavg") == "black" and colour_for("fedala") == colour_for("fedavg+ala") == "tab:blue"
+    assert line_styles(["fedavg", "fedprox", "fedala"]) == [("black", "-"), ("tab:orange", "--"), ("tab:blue", "-")]
+    # a method drawn twice keeps its colour and takes the next line style
+    assert line_styles(["fedavg", "fedavg", "fedlama"]) == [("black", "-"), ("black", "--"), ("tab:purple", "-")]
+    # one method in several settings: the colours of the default cycle tell them apart
+    assert line_styles(["fedavg"] * 3) == [("C0", "-"), ("C1", "-"), ("C2", "-")]
+
+
+def test_colour_follows_the_algorithm_not_the_label(runs):
+    from fedala_lab.figures import AccuracyCurveDisplay
+
+    d = AccuracyCurveDisplay.from_runs([runs["fedavg", 0], runs["fedala", 0]],
+                                       labels=["FedAvg", "FedALA (ALA on after round 3)"])
+    assert [ln.get_color() for ln in d.lines_] == ["black", "tab:blue"]
+
+
+def test_client_accuracy_displays(runs):
+    from fedala_lab.analysis.curves import client_accuracy
+    from fedala_lab.figures import ClientAccuracyDisplay, ClientSpreadDisplay
+
+    sel = [runs["fedavg", 0], runs["fedala", 0]]
+    frame = client_accuracy(sel)
+    last = sel[1].clients[sel[1].clients["round"] == ROUNDS]
+    np.testing.assert_allclose(frame.loc[frame["label"] == "FedALA", "acc"], 100 * last["test_acc"])
+    assert set(frame["round"]) == {ROUNDS} and len(frame) == 2 * 20
+    d = ClientAccuracyDisplay.from_runs(sel)
+    assert [len(m.get_offsets()) for m in d.markers_] == [20, 20]
+    assert [tuple(m.get_facecolor()[0][:3]) for m in d.markers_] == [(0, 0, 0), pytest.approx((0.122, 0.467, 0.706),
+                                                                                              abs=1e-3)]
+    np.testing.assert_allclose(d.markers_[1].get_offsets()[:, 1], 100 * last["test_acc"])
+    spread = ClientSpreadDisplay.from_runs(sel)
+    assert [t.get_text() for t in spread.ax_.get_xticklabels()] == ["FedAvg", "FedALA"]
+    assert spread.medians_["FedALA"] == pytest.approx(float(np.median(100 * last["test_acc"])))
+    assert len(spread.ax_.collections) >= 2  # the clients as points, one group per method
+
+
+def test_text_of_a_setting():
+    from fedala_lab.analysis.tables import data_title, run_settings
+
+    assert data_title(cfg().data) == "digits, Dir(β=0.1), 20 clients"
+    assert data_title(cfg(partition="pathological").data) == "digits, pathological, 2 labels per client, 20 clients"
+    assert run_settings(cfg(algo="fedavg")) == "lr 0.1, batch 10, E 1, ρ 1"
+    assert run_settings(cfg(algo="fedprox+ala")) == "lr 0.1, batch 10, E 1, ρ 1, μ 0.001, η 1, s 80, p 1"
+    assert run_settings(cfg(ala_after=30)).endswith("p 1, ALA after round 30")
+    assert run_settings(preset("teach-fedlama")).endswith("τ0 10, φ 2") and "τ 10 steps" in run_settings(
+        preset("teach-fedlama"))
+
+
 # ----------------------------------------------------------------------------------------- Fig. 5
 
 

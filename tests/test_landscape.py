@@ -12,7 +12,7 @@ import torch
 
 from fedala_lab.analysis.landscape import compute_landscape, pca_directions, project
 from fedala_lab.errors import ConfigError, DataError
-from fedala_lab.experiments.plans import fig4_configs
+from fedala_lab.experiments.plans import fig4_configs, fig4_window
 from fedala_lab.experiments.presets import preset
 from fedala_lab.experiments.runs import fig4_runs, get_or_run
 from fedala_lab.record.store import RunStore
@@ -118,6 +118,17 @@ def test_fig4_configs_validate():
         fig4_configs(tiny_pat(), K=1, window=(5, 2), client=0)
     with pytest.raises(ConfigError, match="client"):
         fig4_runs(tiny_pat(), K=1, window=(2, 3), client=-1)
+    with pytest.raises(ConfigError, match="client=99 is not allowed: a client id from 0 to"):
+        fig4_configs(tiny_pat(), K=1, window=(2, 3), client=99)
+
+
+def test_fig4_window_shows_rounds_before_k():
+    assert fig4_window(30, 2, 40) == (28, 40)
+    assert fig4_window(1, 5, 40) == (1, 40)  # never before round 1
+    with pytest.raises(ConfigError, match="K=40 is not allowed: an integer with 0 <= K < 40"):
+        fig4_window(40, 2, 40)
+    with pytest.raises(ConfigError, match="rounds before K=-1"):
+        fig4_window(3, -1, 40)
 
 
 # ------------------------------------------------------------------------------------------- surface

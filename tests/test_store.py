@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 from conftest import small_cfg
 
-from fedala_lab.errors import DataError, TrainingDiverged
-from fedala_lab.experiments.runs import get_or_run
+from fedala_lab.errors import ConfigError, DataError, RunCancelled, TrainingDiverged
+from fedala_lab.experiments.runs import get_or_run, load_stored, stored_runs, tracked_run
 from fedala_lab.record.run import Run
 from fedala_lab.record.store import RunStore
 
@@ -59,6 +59,41 @@ def test_store_load_refuses_paths_outside(tmp_path):
     for bad in ("../x", "/etc", ".checkpoints", "a/b", ""):
         with pytest.raises(DataError):
             store.load(bad)
+
+
+def test_stored_runs_lists_finished_and_stopped_runs_and_reloads_them_by_name_only(ragged, tmp_path):
+    store = RunStore(tmp_path / "store")
+    done = get_or_run(small_cfg(algo="fedavg", rounds=2), store, data=ragged, progress=False)
+    cfg = small_cfg(algo="fedala", rounds=4)
+    with pytest.raises(RunCancelled):
+        get_or_run(cfg, store, data=ragged, progress=False, callback=lambda sim, row: row["round"] < 2)
+    listed = stored_runs(store).set_index("name")
+    assert list(listed.index) == [store.name_for(cfg), done.path.name]  # newest first
+    stopped = listed.loc[store.name_for(cfg)]
+    assert stopped["status"] == "stopped" and stopped["rounds_done"] == 2 and stopped["config"] == cfg
+    assert listed.loc[done.path.name, "status"] == "complete" and listed.loc[done.path.name, "config"] == done.config
+    partial = load_stored(store, store.name_for(cfg))
+    assert partial.status == "partial" and list(partial.rounds["round"]) == [1, 2]
+    assert stopped["best_acc"] == partial.summary()["best_acc"]  # in %, as for finished runs
+    assert load_stored(store, done.path.name).summary() == done.summary()
+    for bad in ("../" + done.path.name, "/etc/passwd", ".checkpoints", "no-such-run", str(tmp_path)):
+        with pytest.raises(DataError, match="not a run name"):
+            load_stored(store, bad)
+    # resumed and finished, it is listed once, as finished
+    get_or_run(cfg, store, data=ragged, progress=False)
+    assert list(stored_runs(store)["status"]) == ["complete", "complete"]
+
+
+def test_tracked_run_records_the_client_asked_for_keeping_those_stored(ragged, tmp_path):
+    store = RunStore(tmp_path)
+    cfg = small_cfg(algo="fedala", rounds=2, track_clients="0")
+    assert get_or_run(cfg, store, data=ragged, progress=False).tracked_clients() == [0]
+    widened = tracked_run(cfg, 3, store, data=ragged)  # recomputed with client 3 too, replacing the stored run
+    assert widened.tracked_clients() == [0, 3] and store.find(cfg).tracked_clients() == [0, 3]
+    again = tracked_run(cfg, 0, store, data=ragged, callback=lambda sim, row: pytest.fail("recomputed"))
+    assert again.tracked_clients() == [0, 3]
+    with pytest.raises(ConfigError, match="client=5 is not allowed: a client id from 0 to 4"):
+        tracked_run(cfg, 5, store)
 
 
 def test_diverged_run_is_saved_with_its_status_and_never_served_as_finished(ragged, tmp_path):

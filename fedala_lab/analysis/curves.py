@@ -4,6 +4,9 @@
 - :func:`start_phase_summary` — per client: start-phase epochs, whether it hit the cap, later-round loss.
 - :func:`convergence_frame` — Fig. 5: global objective of the initialised and the trained local models.
 - :func:`accuracy_curves` — accuracy (or any per-round metric) per run.
+- :func:`client_accuracy` — every client's accuracy at a run's last evaluated round (who gains, who loses).
+
+Every frame carries each run's ``algo`` next to its legend ``label``: the figures colour by method.
 """
 
 from __future__ import annotations
@@ -103,11 +106,11 @@ def convergence_frame(runs: Iterable, labels=None) -> pd.DataFrame:
         if r.empty:
             raise ConfigError("record_train_loss", run.config.record_train_loss,
                               "true: Fig. 5 needs the train loss of initialised and trained models")
-        parts.append(pd.DataFrame({"label": label, "round": r["round"].to_numpy(),
+        parts.append(pd.DataFrame({"label": label, "algo": run.config.algo, "round": r["round"].to_numpy(),
                                    "init_loss": r["init_loss"].to_numpy(),
                                    "trained_loss": r["trained_loss"].to_numpy()}))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
-        columns=["label", "round", "init_loss", "trained_loss"])
+        columns=["label", "algo", "round", "init_loss", "trained_loss"])
 
 
 def convergence_gap(frame: pd.DataFrame, rel: float = 0.1) -> pd.DataFrame:
@@ -136,6 +139,21 @@ def accuracy_curves(runs: Iterable, metric: str = "acc", labels=None) -> pd.Data
     runs = list(runs)
     for run, label in zip(runs, unique_labels(runs, labels)):
         r = run.rounds.dropna(subset=[metric])
-        parts.append(pd.DataFrame({"label": label, "round": r["round"].to_numpy(),
+        parts.append(pd.DataFrame({"label": label, "algo": run.config.algo, "round": r["round"].to_numpy(),
                                    "value": scale * r[metric].to_numpy()}))
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["label", "round", "value"])
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        columns=["label", "algo", "round", "value"])
+
+
+def client_accuracy(runs: Iterable, labels=None) -> pd.DataFrame:
+    """Tidy label, algo, client, round, acc (%): each client's test accuracy at its run's last evaluated
+    round (the model it holds then, evaluated before local training as every round is)."""
+    parts = []
+    runs = list(runs)
+    for run, label in zip(runs, unique_labels(runs, labels)):
+        c = run.clients.dropna(subset=["test_acc"])
+        last = c[c["round"] == c["round"].max()] if len(c) else c
+        parts.append(pd.DataFrame({"label": label, "algo": run.config.algo, "client": last["client"].to_numpy(),
+                                   "round": last["round"].to_numpy(), "acc": 100 * last["test_acc"].to_numpy()}))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        columns=["label", "algo", "client", "round", "acc"])

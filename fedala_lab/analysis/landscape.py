@@ -219,6 +219,7 @@ class Trajectory:
     end_loss: np.ndarray
     start_residual: np.ndarray  # (R,) distance of the model from the plane (parameter units)
     end_residual: np.ndarray
+    algo: str = ""  # the run's algorithm (its colour in the figures)
 
     def frame(self) -> pd.DataFrame:
         """Tidy: label, round, phase (start/end), x, y, loss, residual."""
@@ -365,11 +366,11 @@ def compute_landscape(runs: Mapping[str, object] | Sequence[tuple[str, object]],
 
     loss_fn = loss_function_for(ref, client, num_samples=num_samples, split=split, seed=seed, device=device)
     trajs = []
-    for label, r, s, e in windows:
+    for (label, r, s, e), (_, run) in zip(windows, items):
         sxy, sres = project(s, anchor, basis)
         exy, eres = project(e, anchor, basis)
         trajs.append(Trajectory(label, np.asarray(r), sxy, exy, loss_fn(torch.as_tensor(s)),
-                                loss_fn(torch.as_tensor(e)), sres, eres))
+                                loss_fn(torch.as_tensor(e)), sres, eres, algo=run.config.algo))
 
     pts = np.concatenate([np.concatenate([t.start_xy, t.end_xy]) for t in trajs])
     lo, hi = pts.min(0), pts.max(0)

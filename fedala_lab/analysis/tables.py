@@ -76,19 +76,48 @@ def table_markdown(table: pd.DataFrame, by: Iterable[str] | None = None, digits:
 
 def setting_label(cfg) -> str:
     """A short column name for a run's data setting, e.g. ``digits Dir(0.1)`` or ``MNIST pat(2)``."""
-    from pathlib import Path
-
     d = cfg.data
     if d.is_pfllib:
-        return Path(d.dataset[len("pfllib:"):]).name
-    pooled = d.dataset.startswith(POOL_PREFIX)  # a PFLlib partition's images, partitioned afresh
-    name = {"digits": "digits", "mnist": "MNIST", "fashion_mnist": "Fashion-MNIST", "cifar10": "Cifar10",
-            "cifar100": "Cifar100"}.get(d.dataset, d.dataset)
-    if pooled:
-        name = Path(d.dataset[len(POOL_PREFIX):]).name + " pooled"
+        return _dataset_name(d)
     part = {"iid": "IID", "pathological": f"pat({d.classes_per_client})",
             "dirichlet": f"Dir({d.beta:g})"}[d.partition]
-    return f"{name} {part}"
+    return f"{_dataset_name(d)} {part}"
+
+
+def data_title(d) -> str:
+    """A figure title for a data setting (a DataConfig): ``digits, Dir(β=0.1), 20 clients``."""
+    if d.is_pfllib:
+        return f"{_dataset_name(d)} (a PFLlib partition), {d.num_clients} clients"
+    part = {"iid": "IID", "pathological": f"pathological, {d.classes_per_client} labels per client",
+            "dirichlet": f"Dir(β={d.beta:g})"}[d.partition]
+    return f"{_dataset_name(d)}, {part}, {d.num_clients} clients"
+
+
+def _dataset_name(d) -> str:
+    from pathlib import Path
+
+    if d.is_pfllib:
+        return Path(d.dataset[len("pfllib:"):]).name
+    if d.dataset.startswith(POOL_PREFIX):  # a PFLlib partition's images, partitioned afresh
+        return Path(d.dataset[len(POOL_PREFIX):]).name + " pooled"
+    return {"digits": "digits", "mnist": "MNIST", "fashion_mnist": "Fashion-MNIST", "cifar10": "Cifar10",
+            "cifar100": "Cifar100"}.get(d.dataset, d.dataset)
+
+
+def run_settings(cfg) -> str:
+    """The hyper-parameters that make a run what it is, those its algorithm uses only: ``lr 0.1, batch 10,
+    E 1, ρ 1`` then ``μ 0.001`` (FedProx), ``η 1, s 80, p 1`` (ALA; and the round ALA starts after, Fig. 4),
+    ``τ0 10, φ 2`` (FedLAMA)."""
+    parts = [f"lr {cfg.lr:g}", f"batch {cfg.batch_size}",
+             f"τ {cfg.local_steps} steps" if cfg.local_steps else f"E {cfg.local_epochs}", f"ρ {cfg.join_ratio:g}"]
+    if cfg.uses_prox:
+        parts.append(f"μ {cfg.mu:g}")
+    if cfg.uses_ala:
+        parts += [f"η {cfg.eta:g}", f"s {cfg.s:g}", f"p {cfg.p}"] + ([f"ALA after round {cfg.ala_after}"]
+                                                                    if cfg.ala_after else [])
+    if cfg.uses_lama:
+        parts += [f"τ0 {cfg.tau0}", f"φ {cfg.phi}"]
+    return ", ".join(parts)
 
 
 def layout_table(stats: pd.DataFrame, rows: str = "algo", columns: str = "setting", which: str = "both",

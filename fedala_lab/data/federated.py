@@ -116,6 +116,11 @@ class FederatedData:
                     rows.append((c, split, int(label), int(counts[label])))
         return pd.DataFrame(rows, columns=["client", "split", "label", "count"])
 
+    def labels_held(self, client: int, split: str = "train") -> list[int]:
+        """The labels ``client`` holds samples of in ``split`` ("train" or "test")."""
+        y, off = (self.train_y, self.train_offsets) if split == "train" else (self.test_y, self.test_offsets)
+        return sorted(int(v) for v in np.unique(y[off[client]:off[client + 1]].cpu().numpy()))
+
     def summary(self, counts: pd.DataFrame | None = None) -> pd.DataFrame:
         """One row per client: train and test sizes and number of distinct labels.
 

@@ -305,7 +305,7 @@ class Simulation:
                 if callback is not None and callback(self, row) is False:
                     if checkpoint:
                         self.save_checkpoint(checkpoint)
-                    raise RunCancelled(f"run stopped after round {t} of {cfg.rounds}")
+                    raise RunCancelled(f"run stopped after round {t} of {cfg.rounds}", self.to_run())
         finally:
             bar.close()
         return self.to_run()
@@ -445,7 +445,9 @@ class Simulation:
 
     def state_dict(self) -> dict:
         return {
-            "format": CHECKPOINT_FORMAT, "key": self.cfg.key(), "round": self.round, "seconds": self.seconds,
+            # the config as plain values: a stopped run can be listed (read_checkpoint) before it is resumed
+            "format": CHECKPOINT_FORMAT, "key": self.cfg.key(), "config": self.cfg.to_dict(),
+            "round": self.round, "seconds": self.seconds,
             "global": self.global_params, "local": self.local_params, "buffers": self.local_buffers,
             "state": state_to_dict(self.state), "recorder": self.recorder.state_dict(),
         }
@@ -480,6 +482,27 @@ class Simulation:
         except Exception:  # noqa: BLE001 - a torn or foreign file is ignored, never trusted
             return False
         return True
+
+
+def read_checkpoint(path: str | Path) -> Run | None:
+    """What a stopped run recorded before its checkpoint, as a Run with status "partial" (its rounds,
+    clients and ALA tables so far), without building its simulation; None for a checkpoint that is torn,
+    of another format, or written before checkpoints held their config. Tensors are mapped, not read."""
+    try:
+        d = torch.load(Path(path), map_location="cpu", weights_only=True, mmap=True)
+        if d.get("format") != CHECKPOINT_FORMAT or "config" not in d:
+            return None
+        cfg = RunConfig.from_dict(d["config"])
+        if cfg.key() != d.get("key"):
+            return None
+    except Exception:  # noqa: BLE001 - a torn or foreign file is listed as nothing, never trusted
+        return None
+    rec = Recorder([], [], 1)
+    rec.load_state_dict(d["recorder"])
+    clients, rounds, ala = rec.frames()
+    return Run(config=cfg, clients=clients, rounds=rounds, ala=ala, arrays=rec.arrays(),
+               meta={"seconds": float(d["seconds"]), "stopped_round": int(d["round"])}, status="partial",
+               tables=rec.table_frames())
 
 
 def divergence_message(cfg: RunConfig, t: int, clients: list[int]) -> str:

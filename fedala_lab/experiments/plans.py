@@ -4,7 +4,8 @@
 - :class:`Plan`, :func:`build_plan`: the runs behind every paper figure, at the "quick" (digits, a laptop
   CPU) or the "paper" scale (the shared MNIST partition, a GPU). Its tables and ablations are sweeps, and
   the named reproduction sweeps (:data:`SWEEPS`) are the paper plan's tables.
-- :func:`fig4_configs`: the paper's Fig. 4 protocol, FedAvg and FedALA sharing their first K rounds.
+- :func:`fig4_configs`, :func:`fig4_window`: the paper's Fig. 4 protocol, FedAvg and FedALA sharing their
+  first K rounds, and the rounds its plot shows.
 - :func:`comparison_configs`, :data:`FEDLAMA_SCALES`: FedLAMA's comparison at equal local SGD steps.
 
 Single named configs are presets (presets.py); every plan starts from one.
@@ -183,13 +184,27 @@ def fig4_configs(base_cfg: RunConfig, *, K: int, window: tuple[int, int],
     (docs/design.md#determinism). Paper: MNIST pathological, K = 155, window 140–200.
     """
     first, last = window_rounds(window)
+    _check_K(K, last)
+    n = base_cfg.data.num_clients
+    if not isinstance(client, int) or isinstance(client, bool) or not 0 <= client < n:
+        raise ConfigError("client", client, f"a client id from 0 to {n - 1}")
+    cfg = base_cfg.replace(rounds=last, snapshot_clients=str(client), snapshot_from=first)
+    return cfg.replace(algo="fedavg"), cfg.replace(algo="fedala", ala_after=K)
+
+
+def fig4_window(K: int, before: int, last: int) -> tuple[int, int]:
+    """The rounds a Fig. 4 plot shows: from ``before`` rounds before ALA is switched on after round K (at
+    the earliest round 1) to ``last`` (K < last, as :func:`fig4_configs` asks)."""
+    _check_K(K, last)
+    if not isinstance(before, int) or isinstance(before, bool) or before < 0:
+        raise ConfigError("rounds before K", before, "an integer >= 0")
+    return window_rounds((max(1, K - before), last))
+
+
+def _check_K(K, last: int) -> None:
     if not isinstance(K, int) or isinstance(K, bool) or not 0 <= K < last:
         raise ConfigError("K", K, f"an integer with 0 <= K < {last} (the window's last round): ALA must be "
                           "on for part of the window")
-    if not isinstance(client, int) or isinstance(client, bool) or client < 0:
-        raise ConfigError("client", client, "a client id (integer >= 0)")
-    cfg = base_cfg.replace(rounds=last, snapshot_clients=str(client), snapshot_from=first)
-    return cfg.replace(algo="fedavg"), cfg.replace(algo="fedala", ala_after=K)
 
 
 def window_rounds(window) -> tuple[int, int]:

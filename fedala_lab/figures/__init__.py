@@ -10,11 +10,16 @@
 | ALALossDisplay            | Fig. 3           | ``from_run(run, client)``                                 |
 | TrajectoryDisplay         | Fig. 4           | ``from_runs(fedavg_run, fedala_run, client, grid=21)``    |
 | ConvergenceDisplay        | Fig. 5           | ``from_runs(runs)``                                       |
+| ClientAccuracyDisplay     | —                | ``from_runs(runs)``: each client's final accuracy         |
+| ClientSpreadDisplay       | —                | ``from_runs(runs)``: box + points over clients (seaborn)  |
 | AccuracyTable             | Tables 2 and 7   | ``from_runs(runs, by=("algo",))``, ``from_applicability`` |
 | AblationDisplay           | Tables 1 and 6   | ``from_runs(runs, param="p"|"s")``                        |
 | FedLAMACurvesDisplay      | FedLAMA Fig. 1   | ``from_run(fedlama_run)``                                 |
 | CommAccuracyDisplay       | FedLAMA Tab. 1–4 | ``from_runs({label: run})``                               |
 | IntervalTimelineDisplay   | —                | ``from_run(fedlama_run)``                                 |
+
+Every Display colours a method the same way (``figures.style.colour_for``) and draws under one theme
+(``figures.style.theme``).
 
 ``fedala_lab.figures.index`` renders the figures' README; ``fedala_lab.reproduce`` maps every paper figure to
 its runs and regenerates them all (``fedala-lab figures``). The Fig. 4 and FedLAMA Displays load on first use
@@ -23,14 +28,15 @@ its runs and regenerates them all (``fedala-lab figures``). The Fig. 4 and FedLA
 
 from .ablation import AblationDisplay
 from .ala import ALALossDisplay, ALAWeightsDisplay
+from .clients import ClientAccuracyDisplay, ClientSpreadDisplay
 from .convergence import ConvergenceDisplay
 from .curves import AccuracyCurveDisplay
 from .data import DataDistributionDisplay
 from .tables import AccuracyTable
 
 __all__ = ["ALALossDisplay", "ALAWeightsDisplay", "AblationDisplay", "AccuracyCurveDisplay", "AccuracyTable",
-           "CommAccuracyDisplay", "ConvergenceDisplay", "DataDistributionDisplay", "FedLAMACurvesDisplay",
-           "IntervalTimelineDisplay", "TrajectoryDisplay"]
+           "ClientAccuracyDisplay", "ClientSpreadDisplay", "CommAccuracyDisplay", "ConvergenceDisplay",
+           "DataDistributionDisplay", "FedLAMACurvesDisplay", "IntervalTimelineDisplay", "TrajectoryDisplay"]
 
 
 def __getattr__(name):

@@ -33,19 +33,31 @@ class ALAWeightsDisplay(Display):
 
     Lighter = larger (grey scale from 0, black, to 1, white): a weight of 1 takes the global model's
     value, 0 keeps the old local one (Eq. 4). Rows are output units; biases stand as a strip.
+    ``held_labels``: the labels the client holds; the output layer's rows of those labels (one row per
+    label) are framed in red.
     """
 
-    def __init__(self, weights: dict[str, np.ndarray], *, client: int, round_: int, title: str | None = None):
+    def __init__(self, weights: dict[str, np.ndarray], *, client: int, round_: int, held_labels=None,
+                 title: str | None = None):
         self.weights_ = {k: np.asarray(v) for k, v in weights.items()}
         self.client = client
         self.round_ = round_
+        self.held_labels = None if held_labels is None else sorted(int(v) for v in held_labels)
         self.title = title
 
     @classmethod
-    def from_run(cls, run, client: int, round_: int | None = None, *, ax=None, title: str | None = None):
-        """W of ``client`` after learning in ``round_`` (latest recorded at or before it; default: last)."""
+    def from_run(cls, run, client: int, round_: int | None = None, *, held_labels=None, ax=None,
+                 title: str | None = None):
+        """W of ``client`` after learning in ``round_`` (latest recorded at or before it; default: last);
+        ``held_labels`` as in the class (e.g. ``FederatedData.labels_held(client)``)."""
         r, weights = run.ala_weights(client, round_)
-        return cls(weights, client=client, round_=r, title=title).plot(ax=ax)
+        return cls(weights, client=client, round_=r, held_labels=held_labels, title=title).plot(ax=ax)
+
+    def output_layer(self) -> list[str]:
+        """The tensors of the output layer (the last module among the weights), whose rows are labels."""
+        names = list(self.weights_)
+        head = names[-1].rsplit(".", 1)[0] if names else ""
+        return [n for n in names if n.rsplit(".", 1)[0] == head]
 
     def summary(self) -> pd.DataFrame:
         """Per tensor: shape, number of weights, mean, share of weights at 0 and at 1 (clipped)."""
@@ -70,11 +82,36 @@ class ALAWeightsDisplay(Display):
             if m.shape[1] == 1:
                 a.set_xticks([])
         axes[0].set_ylabel("output unit")
+        self.held_marks_ = self._mark_held(dict(zip(self.weights_, axes)))
         self.colorbar_ = fig.colorbar(self.images_[-1], ax=axes, label="ALA weight W (1 = global, 0 = local)",
                                       shrink=0.9)
-        fig.suptitle(self.title or f"ALA weights of client {self.client} after round {self.round_}",
+        held = f"; red: the rows of the {len(self.held_labels)} label(s) it holds" if self.held_marks_ else ""
+        fig.suptitle(self.title or f"ALA weights of client {self.client} after round {self.round_}{held}",
                      fontsize=11)
         return self._drawn(fig, np.asarray(axes))
+
+    def _mark_held(self, axes: dict) -> list:
+        """Frame the output layer's rows of the held labels in red; label its rows by label."""
+        from matplotlib.patches import Rectangle
+
+        marks = []
+        if not self.held_labels:
+            return marks
+        for name in self.output_layer():
+            m = _as_matrix(self.weights_[name])
+            if m.shape[0] <= max(self.held_labels):
+                continue  # not one row per label
+            a = axes[name]
+            for label in self.held_labels:
+                marks.append(a.add_patch(Rectangle((-0.5, label - 0.5), m.shape[1], 1, fill=False, lw=1.6,
+                                                   edgecolor="tab:red", clip_on=False)))
+            if m.shape[0] <= 20:
+                for row, tick in enumerate(a.set_yticks(range(m.shape[0]), map(str, range(m.shape[0])))):
+                    if row in self.held_labels:
+                        tick.label1.set_color("tab:red")
+                        tick.label1.set_fontweight("bold")
+            a.set_ylabel("label" if a is axes[self.output_layer()[0]] else "")
+        return marks
 
 
 class ALALossDisplay(Display):
@@ -85,15 +122,18 @@ class ALALossDisplay(Display):
     for convergence); the thin line the mean over the pass.
     """
 
-    def __init__(self, curve: pd.DataFrame, *, client: int, label: str | None = None, title: str | None = None):
+    def __init__(self, curve: pd.DataFrame, *, client: int, label: str | None = None, round_: int | None = None,
+                 title: str | None = None):
         self.curve_ = curve
         self.client = client
         self.label = label
+        self.round_ = round_
         self.title = title
 
     @classmethod
-    def from_run(cls, run, client: int, ax=None, *, title: str | None = None):
-        return cls(ala_loss_curve(run, client), client=client, label=algo_label(run.config.algo),
+    def from_run(cls, run, client: int, ax=None, *, round_: int | None = None, title: str | None = None):
+        """The ALA loss of ``client``; ``round_`` marks that round's pass(es) (e.g. Fig. 2's round)."""
+        return cls(ala_loss_curve(run, client), client=client, label=algo_label(run.config.algo), round_=round_,
                    title=title).plot(ax=ax)
 
     @property
@@ -115,6 +155,12 @@ class ALALossDisplay(Display):
             capped = " (capped)" if bool(sp["capped"].any()) else ""
             self.span_ = ax.axvspan(lo, hi, color="tab:orange", alpha=0.18,
                                     label=f"start phase: round {r0}, {len(sp)} epochs{capped}")
+        self.round_mark_ = None
+        if self.round_ is not None and len(df) and (df["round"] <= self.round_).any():
+            r = int(df.loc[df["round"] <= self.round_, "round"].max())  # latest round with a pass, as Fig. 2
+            x = df.loc[df["round"] == r, "cum_epoch"]
+            self.round_mark_ = ax.axvspan(x.min() - 0.5, x.max() + 0.5, color="tab:red", alpha=0.25, lw=0,
+                                          label=f"round {r}")
         ax.set_xlabel("weight-learning epoch (cumulative over rounds)")
         ax.set_ylabel("ALA loss (cross-entropy)")
         ax.set_xlim(0.5, max(df["cum_epoch"].max(), 1) + 0.5)

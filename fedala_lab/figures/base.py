@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .style import themed
+
 
 def new_axes(ax=None, figsize=(6.4, 4.0), nrows=1, ncols=1, **subplot_kw):
     """Return (figure, axes): ``ax``'s figure if given, else a fresh pyplot-free Figure."""
@@ -48,10 +50,16 @@ def panel_axes(ax, n: int, figsize, *, width_ratios=None, split: bool = True, er
 
 
 class Display:
-    """Base class: ``savefig`` writes the drawn figure (PNG and/or PDF by suffix)."""
+    """Base class: ``savefig`` writes the drawn figure (PNG and/or PDF by suffix); every subclass's ``plot``
+    draws under the one theme of :mod:`.style`."""
 
     figure_ = None
     ax_ = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "plot" in cls.__dict__:
+            cls.plot = themed(cls.__dict__["plot"])
 
     def _drawn(self, fig, ax):
         """Keep what ``plot`` drew; ``figure_`` is the root Figure even when drawn into a SubFigure

@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..analysis.curves import convergence_frame, convergence_gap
 from .base import Display, new_axes
-from .curves import colour_for
+from .style import styled_groups
 
 
 class ConvergenceDisplay(Display):
@@ -39,8 +39,7 @@ class ConvergenceDisplay(Display):
     def plot(self, ax=None):
         fig, ax = new_axes(ax, figsize=(6.4, 4.0))
         self.lines_ = []
-        for i, (label, df) in enumerate(self.frame_.groupby("label", sort=False)):
-            c = colour_for(label, i)
+        for label, df, c, _ in styled_groups(self.frame_):
             (a,) = ax.plot(df["round"], df["init_loss"], "--", lw=1.3, color=c, label=f"{label}: initialised")
             (b,) = ax.plot(df["round"], df["trained_loss"], "-", lw=1.3, color=c, label=f"{label}: trained")
             self.lines_ += [a, b]

@@ -10,26 +10,8 @@ from __future__ import annotations
 import pandas as pd
 
 from ..analysis.curves import ROUND_METRICS, accuracy_curves
-from ..config import algo_label
 from .base import Display, new_axes
-
-# One colour per method across every figure (FedAvg black and FedALA blue, as in the paper's Fig. 4), and a
-# line style, both keyed by the label a legend shows (config.ALGORITHMS).
-METHOD_COLOURS = {algo_label(a): c for a, c in {
-    "fedavg": "black", "fedala": "tab:blue", "fedavg+ala": "tab:blue", "fedprox": "tab:orange",
-    "fedprox+ala": "tab:red", "fedavg-c": "tab:green", "fedprox-c": "tab:olive", "local": "tab:gray",
-    "fedlama": "tab:purple", "fedlama+ala": "tab:pink",
-}.items()}
-METHOD_STYLES = {algo_label(a): s for a, s in {
-    "fedavg": "-", "fedprox": "--", "fedavg-c": "-.", "fedprox-c": ":", "fedala": "-", "fedavg+ala": "-",
-    "fedprox+ala": "--", "local": ":",
-}.items()}
-_STYLES = ("-", "--", "-.", ":")
-
-
-def colour_for(label: str, i: int) -> str:
-    """The method's colour if ``label`` names one, else the i-th colour of the default cycle."""
-    return METHOD_COLOURS.get(label, f"C{i % 10}")
+from .style import styled_groups
 
 
 class AccuracyCurveDisplay(Display):
@@ -48,11 +30,9 @@ class AccuracyCurveDisplay(Display):
     def plot(self, ax=None):
         fig, ax = new_axes(ax, figsize=(6.4, 4.0))
         self.lines_ = []
-        for i, (label, df) in enumerate(self.curves_.groupby("label", sort=False)):
-            # a style per method too, so runs that coincide (FedProx with a tiny μ and FedAvg) stay visible
-            (line,) = ax.plot(df["round"], df["value"], ls=METHOD_STYLES.get(label, _STYLES[i % len(_STYLES)]),
-                              marker="o" if len(df) <= 30 else None, ms=3, lw=1.4, color=colour_for(label, i),
-                              label=str(label))
+        for label, df, colour, ls in styled_groups(self.curves_):
+            (line,) = ax.plot(df["round"], df["value"], ls=ls, marker="o" if len(df) <= 30 else None, ms=3,
+                              lw=1.4, color=colour, label=str(label))
             self.lines_.append(line)
         ax.set_xlabel("round")
         ax.set_ylabel(ROUND_METRICS[self.metric][0])

@@ -17,6 +17,7 @@ import pandas as pd
 
 from ..analysis import fedlama as lama
 from .base import Display, new_axes
+from .style import line_styles, method_of
 
 _MAX_NAMED_LAYERS = 16  # beyond this, layer names on an axis become unreadable: show ranks / indices
 
@@ -94,10 +95,10 @@ class CommAccuracyDisplay(Display):
         col = f"{self.metric}_acc"
         self.lines_ = []
         self.markers_ = []
-        for i, row in enumerate(self.frame_.itertuples(index=False)):
+        styles = line_styles(self.frame_["algo"] if "algo" in self.frame_ else self.frame_["label"].map(method_of))
+        for row, (color, ls) in zip(self.frame_.itertuples(index=False), styles):
             cur = self.curves_[self.curves_["label"] == row.label]
-            color = f"C{i}"
-            line, = ax.plot(cur["comm_pct"], cur["acc"], "-", color=color, lw=1.3, alpha=0.8,
+            line, = ax.plot(cur["comm_pct"], cur["acc"], ls=ls, color=color, lw=1.3, alpha=0.8,
                             label=f"{row.label}: {row.comm_pct:.0f} % comm., {getattr(row, col):.2f} %")
             mk = ax.scatter([row.comm_pct], [getattr(row, col)], s=60, color=color, edgecolors="black", zorder=3)
             self.lines_.append(line)

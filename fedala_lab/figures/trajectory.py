@@ -19,7 +19,7 @@ import numpy as np
 from ..analysis.landscape import Landscape, compute_landscape
 from ..config import algo_label
 from .base import Display, new_axes
-from .curves import colour_for
+from .style import line_styles, method_of
 
 
 class TrajectoryDisplay(Display):
@@ -65,8 +65,8 @@ class TrajectoryDisplay(Display):
         self.colorbar_.ax.yaxis.set_minor_formatter(_plain_formatter())
 
         self.arrows_, self.start_markers_, self.end_markers_ = [], [], []
-        for i, t in enumerate(ls.trajectories):
-            c = colour_for(t.label, i)
+        colours = [c for c, _ in line_styles([method_of(t.algo, t.label) for t in ls.trajectories])]
+        for t, c in zip(ls.trajectories, colours):
             p = t.path()
             d = np.diff(p, axis=0)
             q = ax.quiver(p[:-1, 0], p[:-1, 1], d[:, 0], d[:, 1], angles="xy", scale_units="xy", scale=1,
@@ -83,8 +83,7 @@ class TrajectoryDisplay(Display):
         # legend: one entry per run (arrow colour) and one per marker meaning
         from matplotlib.lines import Line2D
 
-        handles = [Line2D([], [], color=colour_for(t.label, i), lw=2, label=q.get_label())
-                   for i, (t, q) in enumerate(zip(ls.trajectories, self.arrows_))]
+        handles = [Line2D([], [], color=c, lw=2, label=q.get_label()) for c, q in zip(colours, self.arrows_)]
         handles += [Line2D([], [], ls="", marker="o", color="tab:red", label="start of round (initialised)"),
                     Line2D([], [], ls="", marker="s", color="tab:green", label="end of round (trained)")]
         # below the axes: inside, it would hide the trajectories it explains

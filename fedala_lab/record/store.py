@@ -137,9 +137,16 @@ class RunStore:
             raise DataError(f"{name!r} is not a run name in {self.root}")
         return Run.load(self.root / name)
 
+    def checkpoints(self) -> dict[str, Path]:
+        """The checkpoints of stopped (or killed) runs: {the name their folder will have: checkpoint file}."""
+        ckpts = self.root / ".checkpoints"
+        if not ckpts.is_dir():
+            return {}
+        return {f.name[:-3]: f for f in sorted(ckpts.glob("*.pt")) if not f.name.startswith(".")}
+
     def list(self) -> pd.DataFrame:
         """One row per stored run (finished or diverged): name, algo, dataset, rounds, seed, best/final
-        accuracy (%), status."""
+        accuracy (%), status, modified, and its ``config`` as stored (a dict)."""
         rows = []
         if self.root.is_dir():
             for d in sorted(self.root.iterdir()):
@@ -157,10 +164,10 @@ class RunStore:
                     "clients": cfg.get("data", {}).get("num_clients"), "rounds": cfg.get("rounds"),
                     "seed": cfg.get("seed"), "best_acc": s.get("best_acc"), "final_acc": s.get("final_acc"),
                     "seconds": s.get("seconds"), "status": m.get("status"),
-                    "modified": pd.Timestamp(man.stat().st_mtime, unit="s"),
+                    "modified": pd.Timestamp(man.stat().st_mtime, unit="s"), "config": cfg,
                 })
         cols = ["name", "algo", "dataset", "clients", "rounds", "seed", "best_acc", "final_acc", "seconds",
-                "status", "modified"]
+                "status", "modified", "config"]
         return pd.DataFrame(rows, columns=cols)
 
     # -- writing -----------------------------------------------------------------------------------

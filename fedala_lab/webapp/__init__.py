@@ -8,8 +8,9 @@ analytics and fetches nothing from the network: the defaults run on scikit-learn
 Runs are cached in a run store of the app's own (``$FEDALA_LAB_APP_RUNS`` or ``./runs/app``), so the same
 settings again are instant; the Runs tab reads only that store.
 
-This module stays light (the CLI imports it for ``--help``); Gradio is imported by :mod:`.ui` only when
-the app is built, after :func:`~.env.offline_env`.
+This module stays light (the CLI imports it for ``--help``): Gradio is imported by the page's modules
+(:mod:`.ui`, :mod:`.tabs`…) only when the app is built, and any of them is imported after this package,
+which sets :func:`~.env.offline_env` first.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from __future__ import annotations
 import argparse
 
 from .env import default_store_root, offline_env
+
+offline_env()  # before any module of the app imports gradio: it reads these at import time
 
 __all__ = ["add_arguments", "cmd_app", "default_store_root", "launch", "main", "offline_env"]
 

@@ -9,9 +9,9 @@ from pathlib import Path
 def offline_env() -> None:
     """Keep Gradio and the Hugging Face hub client quiet: no telemetry, no version checks, no hub calls.
 
-    Both libraries read these variables when imported, so :mod:`.ui` calls this before it imports gradio;
-    every entry point (``python app.py``, ``fedala-lab app``, ``from fedala_lab.webapp import ui``) gets
-    gradio through it.
+    Both libraries read these variables when imported, so the package ``fedala_lab.webapp`` calls this
+    as it is imported, before any of its modules imports gradio: every entry point (``python app.py``,
+    ``fedala-lab app``, ``from fedala_lab.webapp import ui``, a tab module) gets gradio after it.
     ``setdefault``: a user who wants otherwise can still say so in the environment.
     """
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")

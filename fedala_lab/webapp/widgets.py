@@ -20,6 +20,9 @@ from gradio import component_meta
 from ..errors import ConfigError
 
 log = logging.getLogger(__name__)
+# Events that draw without simulating share four workers; those only the page uses are no API endpoints.
+LIGHT = {"concurrency_limit": 4, "concurrency_id": "light"}
+PRIVATE = {"api_visibility": "private"}
 
 
 def html_text(message: str) -> str:
@@ -112,3 +115,74 @@ with _no_stub_files():
 
         def preprocess(self, payload):
             return checked_number(self.field, payload, self.minimum, self.maximum, whole=self.whole)
+
+
+# -- layout pieces ---------------------------------------------------------------------------------
+
+
+def whole_slider(lo, hi, value, label: str, elem_id: str, step: int = 1, *, field: str, **kw) -> Slider:
+    """A slider of whole numbers (clients, rounds, sizes): other values are refused, never rounded."""
+    return Slider(lo, hi, value=value, step=step, precision=0, label=label, elem_id=elem_id, field=field,
+                  whole=True, **kw)
+
+
+def plot(label: str, elem_id: str, **kw) -> gr.Plot:
+    """A figure output; its label is the accessible name only (every figure carries its own title)."""
+    return gr.Plot(label=label, elem_id=elem_id, show_label=False, **kw)
+
+
+def table(label: str, elem_id: str, **kw) -> gr.Dataframe:
+    """A read-only table whose cells wrap, so every column stays in view (no cut-off on the right)."""
+    return gr.Dataframe(label=label, elem_id=elem_id, interactive=False, wrap=True, **kw)
+
+
+def run_stop(prefix: str) -> tuple[gr.Button, gr.Button, gr.Markdown]:
+    """A tab's Run and Stop buttons and its status line (ids ``{prefix}-run``, ``-stop``, ``-status``)."""
+    with gr.Row():
+        run = gr.Button("Run", variant="primary", elem_id=f"{prefix}-run", scale=0, min_width=120)
+        stop = gr.Button("Stop", variant="stop", elem_id=f"{prefix}-stop", scale=0, min_width=120)
+    return run, stop, gr.Markdown(elem_id=f"{prefix}-status", elem_classes=["status"])
+
+
+def mirror(a, b) -> None:
+    """Keep two widgets of one setting equal (a setting shown on two tabs), in the browser: what is typed
+    or dragged in one is copied into the other, unchecked (the server checks what a job is sent)."""
+    for src, dst in ((a, b), (b, a)):
+        src.input(None, src, dst, js="(v) => v", queue=False, **PRIVATE)
+
+
+# Gradio's slider clamps a value typed into its number box to the slider's range when the box loses focus:
+# 0 typed as the batch size would run as 1. This page script keeps an out-of-range (or empty) value as
+# typed, by stopping that focus-loss event before the slider sees it; the server then refuses the value
+# naming the setting (Slider.preprocess), and the page keeps what it showed.
+KEEP_TYPED_VALUES_JS = """
+() => {
+  document.addEventListener("blur", (event) => {
+    const box = event.target;
+    if (!(box instanceof HTMLInputElement) || box.type !== "number" || box.dataset.testid !== "number-input") {
+      return;
+    }
+    const value = box.valueAsNumber;
+    const lo = parseFloat(box.min), hi = parseFloat(box.max);
+    if (box.value === "" || Number.isNaN(value) || value < lo || value > hi) {
+      event.stopImmediatePropagation();
+    }
+  }, true);
+}
+"""
+
+
+def follow(source, target, field: str, top, lo: int = 0) -> None:
+    """Keep ``target``'s maximum at ``top(n)`` for the value n ``source`` is released at (the client
+    slider follows N, the round sliders follow T). Its value is never moved: one now out of range is
+    named in a warning, and a job sent it is refused."""
+
+    def update(n, value):
+        hi = top(int(n))
+        if isinstance(value, (int, float)) and not lo <= value <= hi:
+            err = ConfigError(field, value, f"a whole number from {lo} to {hi} now")
+            gr.Warning(html_text(f"{err}: set it again before running"))
+        return gr.Slider(maximum=hi)
+
+    # queued: a warning reaches the page only from a queued event
+    source.release(update, [source, target], target, **LIGHT, **PRIVATE)

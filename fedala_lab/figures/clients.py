@@ -1,0 +1,87 @@
+"""Per-client accuracy: who gains from personalisation and who loses.
+
+    >>> ClientAccuracyDisplay.from_runs([fedavg_run, fedala_run])   # each client's final accuracy, per method
+    >>> ClientSpreadDisplay.from_runs([fedavg_run, fedala_run])     # their spread: box and points (seaborn)
+
+Both draw :func:`~fedala_lab.analysis.curves.client_accuracy` (the model each client holds at its run's last
+evaluated round), one colour per method (:mod:`.style`). A pooled accuracy hides how unequal clients are;
+personalisation (FedALA, Local) lifts most clients at once where one global model suits few.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from ..analysis.curves import client_accuracy
+from .base import Display, new_axes
+from .style import styled_groups
+
+
+class ClientDisplay(Display):
+    """What the per-client Displays share: ``frame`` is label, algo, client, acc (:func:`client_accuracy`)."""
+
+    def __init__(self, frame: pd.DataFrame, *, title: str | None = None):
+        self.frame_ = frame
+        self.title = title
+
+    @classmethod
+    def from_runs(cls, runs, *, labels=None, ax=None, title: str | None = None):
+        """Each client's accuracy at its run's last evaluated round (labels: as for the curves), drawn."""
+        return cls(client_accuracy(runs, labels), title=title).plot(ax=ax)
+
+
+class ClientAccuracyDisplay(ClientDisplay):
+    """One marker per client and method at the client's final accuracy (%); a grey bar spans each client's
+    range across methods."""
+
+    def plot(self, ax=None):
+        df = self.frame_
+        n_clients = int(df["client"].max()) + 1 if len(df) else 0
+        fig, ax = new_axes(ax, figsize=(max(6.4, 0.3 * n_clients + 2.5), 3.8))
+        spread = df.groupby("client")["acc"].agg(["min", "max"])
+        self.ranges_ = ax.vlines(spread.index, spread["min"], spread["max"], color="0.8", lw=3, zorder=1)
+        groups = styled_groups(df)
+        self.markers_ = []
+        for i, (label, rows, colour, _) in enumerate(groups):
+            shift = 0.5 * (i - (len(groups) - 1) / 2) / max(len(groups), 1)  # side by side within a client
+            self.markers_.append(ax.scatter(rows["client"] + shift, rows["acc"], s=22, color=colour, zorder=3,
+                                            label=f"{label}: mean {rows['acc'].mean():.1f} %"))
+        ax.set_xlabel("client")
+        ax.set_ylabel("test accuracy (%), last evaluated round")
+        ax.set_xticks(range(0, n_clients, 1 if n_clients <= 30 else max(1, n_clients // 20)))
+        ax.set_ylim(-2, 102)
+        ax.grid(True, axis="y")
+        if self.markers_:
+            ax.legend(loc="lower left", ncol=min(len(groups), 3))
+        ax.set_title(self.title or "Accuracy of each client's model")
+        return self._drawn(fig, ax)
+
+
+class ClientSpreadDisplay(ClientDisplay):
+    """The distribution of the clients' final accuracies per method: a box (quartiles, whiskers) and every
+    client as a point, drawn with seaborn on a pyplot-free Figure."""
+
+    def plot(self, ax=None):
+        import seaborn as sns  # here: importing seaborn takes seconds
+
+        df = self.frame_
+        groups = styled_groups(df)
+        palette = {label: colour for label, _, colour, _ in groups}
+        fig, ax = new_axes(ax, figsize=(max(4.0, 1.3 * len(groups) + 2), 3.8))
+        if len(df):
+            with warnings.catch_warnings():  # seaborn 0.13 still passes boxplot's deprecated `vert`
+                warnings.simplefilter("ignore", DeprecationWarning)
+                sns.boxplot(data=df, x="label", y="acc", hue="label", palette=palette, fill=False,
+                            showfliers=False, width=0.55, legend=False, ax=ax)
+            sns.stripplot(data=df, x="label", y="acc", hue="label", palette=palette, size=4, alpha=0.75,
+                          jitter=0.18, legend=False, ax=ax)
+        self.medians_ = {label: float(np.median(rows["acc"])) for label, rows, _, _ in groups}
+        ax.set_xlabel("")
+        ax.set_ylabel("test accuracy of a client (%)")
+        ax.set_ylim(-2, 102)
+        ax.grid(True, axis="y")
+        ax.set_title(self.title or f"Spread over {df['client'].nunique()} clients")
+        return self._drawn(fig, ax)

@@ -1,0 +1,252 @@
+"""What every tab's handler shares: library errors as visible messages, the shared settings as parameters,
+progress, and Stop; and getting runs (from the app's store, else simulated) with both.
+
+A long handler is written ``fn(app, *own, settings, job)`` and published by :func:`job` with one parameter
+per shared setting plus Gradio's progress and request (the API's parameters). ``job.stop`` is the
+session's stop flag for it; :meth:`Jobs.fetch` gets its runs, reports every round on the progress bar and
+stops after the current round once Stop was pressed: the engine keeps a checkpoint (Run again resumes)
+and hands back what the stopped run recorded (docs/design.md#run-store), which the tab shows.
+
+Stop works per browser session (or gradio_client), per job: the Run button first arms a stop flag (outside
+the queue, at once), then its job waits in the queue and claims that flag when it starts. Stop sets every
+flag of the session, so a job still waiting will not start and a running one stops after its round; a
+job is never cancelled, so its own result (what was done so far) always reaches the page.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import logging
+import math
+import threading
+from dataclasses import dataclass, field
+
+import gradio as gr
+
+from ..config import algo_label
+from ..errors import FedalaError, RunCancelled
+from ..experiments.runs import RunCache
+from ..record.run import Run
+from ..record.store import RunStore
+from .env import default_store_root
+from .settings import DATA_FIELDS, TRAIN_FIELDS
+from .widgets import html_text
+
+log = logging.getLogger(__name__)
+# Gradio recognises a handler's progress parameter by this default and hands each call its own tracker.
+PROGRESS = gr.Progress()
+
+
+def friendly(fn):
+    """Turn library errors into a visible ``gr.Error`` with the library's message (never a traceback)."""
+
+    @functools.wraps(fn)  # keeps the signature: Gradio still sees gr.Progress and gr.Request parameters
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except gr.Error:
+            raise
+        except FedalaError as err:
+            raise gr.Error(html_text(str(err)), print_exception=False) from err
+        except Exception as err:  # a bug: keep the server's log complete, the page readable and usable
+            log.exception("handler %s failed", fn.__name__)
+            raise gr.Error(
+                html_text(
+                    f"internal error ({type(err).__name__}: {err}); the app is still usable, "
+                    "details are in the server log"
+                ),
+                print_exception=False,
+            ) from err
+
+    return wrapper
+
+
+@dataclass
+class Job:
+    """One click's job: its progress tracker (``progress((done, total), desc=…)``) and stop flag."""
+
+    progress: object
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
+def job(fn):
+    """Publish ``fn(app, *own, settings, job)`` as ``fn(app, *own, <DATA_FIELDS + TRAIN_FIELDS>,
+    progress=…, request=…)``: Gradio reads this public signature (``__signature__``), passes the widgets
+    by position, names the API's parameters after it, and finds ``progress`` by its default and
+    ``request`` by its annotation. ``fn`` gets the settings as a dict and a :class:`Job` whose stop flag
+    is the session's for this tab (``fn.__name__``) while it runs."""
+    own = list(inspect.signature(fn).parameters.values())
+    at = [q.name for q in own].index("settings")
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    public = inspect.Signature([
+        *own[:at],
+        *(inspect.Parameter(k, kind) for k in DATA_FIELDS + TRAIN_FIELDS),
+        *[q for q in own[at + 1:] if q.name != "job"],
+        inspect.Parameter("progress", kind, default=PROGRESS),
+        inspect.Parameter("request", kind, default=None, annotation=gr.Request),
+    ])
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        values = public.bind(*args, **kwargs).arguments
+        settings = {k: values.pop(k) for k in DATA_FIELDS + TRAIN_FIELDS}
+        progress, request = values.pop("progress", PROGRESS), values.pop("request", None)
+        app = values["app"]
+        with app.stops.claim(getattr(request, "session_hash", None), fn.__name__) as stop:
+            return fn(**values, settings=settings, job=Job(progress, stop))
+
+    wrapper.__signature__ = public
+    wrapper.__annotations__ = {"request": gr.Request}  # Gradio reads the request's type from here
+    return friendly(wrapper)
+
+
+# --------------------------------------------------------------------------------------------------
+# Stop
+
+
+@dataclass
+class _Ticket:
+    event: threading.Event
+    running: bool = False
+
+
+class Stops:
+    """Stop flags by (session, tab): armed when Run is clicked, claimed by the job when it starts."""
+
+    def __init__(self):
+        self._tickets: dict[tuple[str, str], _Ticket] = {}
+        self._lock = threading.Lock()
+
+    def arm(self, session: str | None, name: str) -> None:
+        """A fresh flag for the job the session just queued on tab ``name`` (a tab runs one job at a time)."""
+        if session:
+            with self._lock:
+                self._tickets[(session, name)] = _Ticket(threading.Event())
+
+    @contextlib.contextmanager
+    def claim(self, session: str | None, name: str):
+        """The flag armed for this job (set already if Stop came while it waited), else a fresh one."""
+        key = (session, name)
+        with self._lock:
+            ticket = self._tickets.get(key) if session else None
+            if ticket is None or ticket.running:
+                ticket = _Ticket(threading.Event())
+                if session:
+                    self._tickets[key] = ticket
+            ticket.running = True
+        try:
+            yield ticket.event
+        finally:
+            with self._lock:
+                if self._tickets.get(key) is ticket:
+                    del self._tickets[key]
+
+    def stop(self, session: str | None) -> str:
+        with self._lock:
+            tickets = [t for (s, _), t in self._tickets.items() if session and s == session]
+        for t in tickets:
+            t.event.set()
+        if any(t.running for t in tickets):
+            return "Stopping after the current round… (a stopped run keeps its checkpoint: Run again resumes it)"
+        return "The job waiting in the queue will not start." if tickets else "Nothing is running."
+
+
+# --------------------------------------------------------------------------------------------------
+# getting runs
+
+
+@dataclass
+class Fetched:
+    """What :meth:`Jobs.fetch` got: the finished runs in the order asked, whether each came from the
+    store, and, if Stop interrupted one, what that one recorded (``stopped``) and the status line."""
+
+    runs: list[Run]
+    cached: list[bool]
+    stopped: Run | None = None
+    status: str = ""
+
+    @property
+    def shown(self) -> list[Run]:
+        """The runs to draw: the finished ones and the stopped one's rounds so far."""
+        return self.runs + ([self.stopped] if self.stopped is not None else [])
+
+
+class Jobs:
+    """The handlers' common ground, bound to one run store: Stop and getting runs."""
+
+    def __init__(self, store=None):
+        self.store = (
+            store if isinstance(store, RunStore) else RunStore(store if store is not None else default_store_root())
+        )
+        self.stops = Stops()
+
+    def arm(self, name: str):
+        """The Run button's first step for tab ``name``: arm its stop flag (outside the queue, at once)."""
+
+        def arm(request: gr.Request = None) -> None:
+            self.stops.arm(getattr(request, "session_hash", None), name)
+
+        return arm
+
+    def stop(self, request: gr.Request = None) -> str:
+        """Ask this session's jobs to stop: a running simulation after its current round, a waiting job
+        before it starts."""
+        return self.stops.stop(getattr(request, "session_hash", None))
+
+    def fetch(self, job: Job, cfgs, get, labels=None) -> Fetched:
+        """The runs of ``cfgs`` as ``get(store, callback)`` returns them, where ``get`` is a library call
+        that takes a store and the engine's per-round callback (e.g. ``get_or_run`` over the configs,
+        ``fig4_runs``): from the app's store, else simulated with every round on the progress bar
+        (labelled ``labels[i]``, default the algorithm) and with Stop.
+        """
+        cfgs = list(cfgs)
+        names = list(labels) if labels else [algo_label(c.algo) for c in cfgs]
+        if len(cfgs) > 1:
+            names = [f"{n} ({i + 1}/{len(cfgs)})" for i, n in enumerate(names)]
+        total, places = sum(c.rounds for c in cfgs), {}
+        for cfg, name in zip(cfgs, names):
+            places[cfg.key()] = (name, sum(p[2] for p in places.values()), cfg.rounds)
+        if job.stop.is_set():
+            return Fetched([], [], status="Stopped before it started.")
+        computed: set[str] = set()
+
+        def callback(sim, row):
+            if job.stop.is_set():
+                return False
+            key = sim.cfg.key()
+            computed.add(key)
+            name, offset, _ = places.get(key, (algo_label(sim.cfg.algo), 0, sim.cfg.rounds))
+            t, acc = int(row["round"]), row["acc"]
+            desc = f"{name}: round {t}/{sim.cfg.rounds}"
+            if not math.isnan(acc):  # NaN: a round without evaluation
+                desc += f" · accuracy {100 * acc:.1f} %"
+            job.progress((offset + t, total), desc=desc, unit="rounds")
+            return True
+
+        job.progress((0, total), desc="looking in the run store", unit="rounds")
+        cache = RunCache(self.store)  # counts the runs handed out: the finished ones, should Stop come
+        try:
+            runs = list(get(cache, callback))
+            stopped, status = None, ""
+        except RunCancelled as err:
+            runs, stopped = list(cache.used), err.run
+            k, n = stopped.summary()["rounds"], stopped.config.rounds
+            which = f"{places.get(stopped.config.key(), ('',))[0]}; " if len(cfgs) > 1 else ""
+            status = f"Stopped after round {k} of {n} ({which}checkpoint kept: Run again resumes)."
+        return Fetched(runs, [r.config.key() not in computed for r in runs], stopped, status)
+
+
+def finished_status(got: Fetched, seconds: float, what: str = "run(s)") -> str:
+    """The status line of a job: how many runs, how long, how many came from the store (or why it stopped)."""
+    if got.status:
+        return got.status
+    n_cached = sum(got.cached)
+    return f"{len(got.runs)} {what} in {seconds:.1f} s" + (f" ({n_cached} from the run store)" if n_cached else "") + "."
+
+
+def run_label(run: Run) -> str:
+    """A legend label: the algorithm, and for a stopped run the round it stopped at."""
+    label = algo_label(run.config.algo)
+    return f"{label} (stopped at round {run.summary()['rounds']})" if run.status == "partial" else label

@@ -1,0 +1,131 @@
+"""The settings every simulation tab shares: their widgets, their defaults, and values → a RunConfig.
+
+The data settings stand above the tabs; the training settings on the Train & compare tab (ALA's η, s and
+p are mirrored on the ALA tab). Every long handler takes them all, in the order of :data:`DATA_FIELDS`
+then :data:`TRAIN_FIELDS` (the order of the API's parameters).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import gradio as gr
+
+from ..config import algo_label
+from ..experiments.presets import preset
+from .widgets import Number, Slider, whole_slider
+
+DATASET_CHOICES = [
+    ("digits (8×8, embedded)", "digits"),
+    ("MNIST", "mnist"),
+    ("Fashion-MNIST", "fashion_mnist"),
+    ("CIFAR-10", "cifar10"),
+    ("CIFAR-100", "cifar100"),
+]
+PARTITION_CHOICES = [("IID", "iid"), ("pathological", "pathological"), ("Dirichlet", "dirichlet")]
+MODEL_CHOICES = [
+    ("MLP 64→128→64→10 (fast)", "mlp"),
+    ("small CNN (≈2× slower)", "smallcnn"),
+    ("auto (CNN by image size)", "auto"),
+    ("FedAvgCNN (paper, needs 28×28)", "fedavgcnn"),
+]
+# Algorithms offered on the Train & compare tab: (label, config name); Local is the no-federation baseline.
+TRAIN_ALGOS = [
+    (algo_label(a), a)
+    for a in ("fedavg", "fedprox", "fedala", "fedavg+ala", "fedprox+ala", "fedavg-c", "fedprox-c", "local")
+]
+
+DATA_FIELDS = ("dataset", "partition", "num_clients", "beta", "classes_per_client")
+TRAIN_FIELDS = ("model", "rounds", "join_ratio", "lr", "batch_size", "mu", "eta", "s", "p", "seed")
+# The "teach" preset is the default of every widget: digits, 20 clients, Dir(0.1), MLP, lr 0.1, 50 rounds.
+_TEACH = preset("teach")
+DEFAULTS = {k: getattr(_TEACH.data, k) for k in DATA_FIELDS} | {k: getattr(_TEACH, k) for k in TRAIN_FIELDS}
+# Settings the config holds as floats: widgets may send 0 for 0.0, converted before validation so that
+# messages read "beta=0.0" whatever the widget sent. Every other number is made whole (20.0 → 20).
+_FLOAT_FIELDS = ("beta", "join_ratio", "lr", "mu", "eta", "s")
+
+
+def whole(value):
+    """Sliders and number boxes send floats; 20.0 means 20. Anything else is left for the config to refuse."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def make_config(algo: str = "fedala", preset_name: str = "teach", **settings):
+    """A preset (default "teach") with the widgets' values; RunConfig/DataConfig validation is the input
+    check, so every bad value is refused with the library's message naming the field."""
+    changes = {}
+    for k, v in settings.items():
+        if v is None:
+            continue
+        if k not in _FLOAT_FIELDS:
+            v = whole(v)
+        elif isinstance(v, int) and not isinstance(v, bool):
+            v = float(v)
+        changes[k] = v
+    return preset(preset_name, algo=algo, **changes)
+
+
+@dataclass
+class Settings:
+    """The shared setting widgets by field name; :attr:`inputs` in the handlers' parameter order."""
+
+    widgets: dict = field(default_factory=dict)
+
+    def __getitem__(self, name: str):
+        return self.widgets[name]
+
+    @property
+    def data_inputs(self) -> list:
+        return [self.widgets[k] for k in DATA_FIELDS]
+
+    @property
+    def inputs(self) -> list:
+        return [self.widgets[k] for k in DATA_FIELDS + TRAIN_FIELDS]
+
+
+def data_settings(settings: Settings) -> None:
+    """The data row above the tabs. β is shown for the Dirichlet partition only, labels per client for the
+    pathological one (both are still sent: the config ignores what its partition does not use)."""
+    d = DEFAULTS
+    with gr.Row(equal_height=True):
+        dataset = gr.Dropdown(DATASET_CHOICES, value=d["dataset"], label="dataset", elem_id="dataset", scale=2)
+        partition = gr.Radio(PARTITION_CHOICES, value=d["partition"], label="partition", elem_id="partition",
+                             scale=3)
+        num_clients = whole_slider(2, 100, d["num_clients"], "clients N", "clients", field="num_clients", scale=3)
+        beta = Number(d["beta"], label="Dirichlet β (small = skewed)", elem_id="beta", field="beta", scale=2,
+                      visible=d["partition"] == "dirichlet")
+        classes = whole_slider(1, 10, d["classes_per_client"], "labels per client (pathological)", "classes",
+                               field="classes_per_client", scale=2, visible=d["partition"] == "pathological")
+    partition.change(lambda p: (gr.update(visible=p == "dirichlet"), gr.update(visible=p == "pathological")),
+                     partition, [beta, classes], queue=False, api_visibility="private")
+    settings.widgets.update(dataset=dataset, partition=partition, num_clients=num_clients, beta=beta,
+                            classes_per_client=classes)
+
+
+def train_settings(settings: Settings) -> None:
+    """The training settings (on the Train & compare tab)."""
+    d = DEFAULTS
+    with gr.Row():
+        rounds = whole_slider(1, 300, d["rounds"], "rounds T", "rounds", field="rounds")
+        join_ratio = Slider(0.05, 1.0, value=d["join_ratio"], step=0.05, label="join ratio ρ (clients per round)",
+                            elem_id="join-ratio", field="join_ratio")
+        batch_size = whole_slider(1, 64, d["batch_size"], "batch size", "batch-size", field="batch_size")
+        seed = Number(d["seed"], precision=0, minimum=0, label="seed", elem_id="seed", field="seed", whole=True)
+    with gr.Row():
+        model = gr.Dropdown(MODEL_CHOICES, value=d["model"], label="model", elem_id="model")
+        lr = Number(d["lr"], label="learning rate", elem_id="lr", field="lr")
+        mu = Number(d["mu"], label="FedProx μ", elem_id="mu", field="mu")
+        eta, s, p = ala_settings("")
+    settings.widgets.update(model=model, rounds=rounds, join_ratio=join_ratio, batch_size=batch_size, seed=seed,
+                            lr=lr, mu=mu, eta=eta, s=s, p=p)
+
+
+def ala_settings(prefix: str) -> tuple:
+    """ALA's η, s and p (``prefix`` tells the ALA tab's mirror of them apart)."""
+    d = DEFAULTS
+    eta = Number(d["eta"], label="ALA η (weight learning rate)", elem_id=f"{prefix}eta", field="eta")
+    s = Slider(1, 100, value=d["s"], step=1, label="ALA s (% of local data)", elem_id=f"{prefix}s", field="s")
+    p = whole_slider(1, 4, d["p"], "ALA p (top blocks)", f"{prefix}p", field="p")
+    return eta, s, p

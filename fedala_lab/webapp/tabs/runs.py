@@ -1,0 +1,163 @@
+"""Runs: what the app's own run store holds (finished, diverged, and stopped runs waiting to be resumed),
+filtered; several reloaded at once to compare (their accuracy curves on one plot, and a table).
+
+Only names the store lists are reloaded (experiments.runs.load_stored, which goes through the store's own
+refusal of anything with a path in it): nothing outside the store can be reached.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import gradio as gr
+import pandas as pd
+
+from ...analysis.tables import run_settings, setting_label
+from ...config import ALGORITHMS, algo_label
+from ...errors import DataError
+from ...experiments.runs import load_stored, stored_runs
+from ..jobs import friendly, run_label
+from ..settings import DATASET_CHOICES, PARTITION_CHOICES
+from ..widgets import LIGHT, PRIVATE, plot, table
+
+ANY = ("any", "")
+ALGORITHM_FILTER = [ANY] + [(label, algo) for algo, label in ALGORITHMS.items()]
+DATASET_FILTER = [ANY] + DATASET_CHOICES
+PARTITION_FILTER = [ANY] + PARTITION_CHOICES
+STATUS_FILTER = [ANY, ("complete", "complete"), ("diverged", "diverged"), ("stopped", "stopped")]
+# The columns of the list and of the comparison, with their widths (the run's folder name wraps in its own)
+LISTED = {"date": "9%", "algorithm": "8%", "data": "9%", "clients": "5%", "settings": "20%", "rounds": "5%",
+          "status": "9%", "best acc %": "6%", "final acc %": "6%", "name": "23%"}
+COMPARED = {"#": "3%", "algorithm": "8%", "data": "9%", "clients": "5%", "settings": "20%", "rounds": "6%",
+            "status": "9%", "best acc %": "6%", "best round": "5%", "final acc %": "6%", "run": "23%"}
+
+
+@friendly
+def runs(app, name="", algorithm="", dataset="", partition="", status="", text=""):
+    """List the app's run store (filtered by algorithm, dataset, partition, status and any text); with
+    ``name`` (a run's name, or a list of them), reload those runs: their accuracy curves on one plot, a
+    table comparing them, and the summary and settings of the last one."""
+    from ...figures.curves import AccuracyCurveDisplay
+
+    overview = stored_runs(app.store)
+    listing = _listing(overview)
+    keep = _matches(overview, listing, algorithm, dataset, partition, status, text)
+    names = [n for n in ([name] if isinstance(name, str) else list(name or [])) if n]
+    known = set(listing["name"])
+    for n in names:
+        if n not in known:
+            raise DataError(f"{n!r} is not a run name in the app's run store (no finished run and no "
+                            "checkpoint of that name)")
+    labels = dict(zip(listing["name"], listing["algorithm"] + " · " + listing["data"] + " · " + listing["date"]))
+    offered = list(dict.fromkeys(list(listing.loc[keep, "name"]) + names))
+    selection = gr.Dropdown(choices=[(labels[n], n) for n in offered], value=names, multiselect=True)
+    shown = listing[keep].reset_index(drop=True)
+    if not names:
+        return shown, selection, None, {}, pd.DataFrame(columns=list(COMPARED))
+    loaded = [load_stored(app.store, n) for n in names]
+    fig = AccuracyCurveDisplay.from_runs(loaded, labels=[f"{i}. {run_label(r)}, {setting_label(r.config)}"
+                                                         for i, r in enumerate(loaded, 1)],
+                                         title=f"Test accuracy of {len(loaded)} run(s) from the store").figure_
+    last = loaded[-1]
+    details = {"name": names[-1], "summary": last.summary(), "config": last.config.to_dict()}
+    return shown, selection, fig, details, _compared(names, loaded)
+
+
+def _status(row) -> str:
+    return f"stopped at round {int(row.rounds_done)}" if row.status == "stopped" and pd.notna(row.rounds_done) \
+        else str(row.status)
+
+
+def _local(stamp: pd.Timestamp) -> datetime:
+    """A store's time (UTC) in this machine's time zone, as the lecturer's clock shows it."""
+    return datetime.fromtimestamp(stamp.timestamp())
+
+
+def _listing(overview: pd.DataFrame) -> pd.DataFrame:
+    """The store's runs as the page lists them (newest first)."""
+    rows = []
+    for r in overview.itertuples(index=False):
+        cfg = r.config
+        rows.append({
+            "date": _local(r.modified).strftime("%Y-%m-%d %H:%M"),
+            "algorithm": algo_label(cfg.algo) if cfg else "?",
+            "data": setting_label(cfg) if cfg else "?",
+            "clients": cfg.data.num_clients if cfg else None,
+            "settings": run_settings(cfg) if cfg else "",
+            "rounds": cfg.rounds if cfg else None,
+            "status": _status(r),
+            "best acc %": None if pd.isna(r.best_acc) else round(float(r.best_acc), 2),
+            "final acc %": None if pd.isna(r.final_acc) else round(float(r.final_acc), 2),
+            "name": r.name,
+        })
+    return pd.DataFrame(rows, columns=list(LISTED))
+
+
+def _matches(overview, listing, algorithm, dataset, partition, status, text) -> pd.Series:
+    """Which listed runs pass the filters (an empty filter passes everything)."""
+    cfgs = overview["config"]
+    keep = pd.Series(True, index=listing.index)
+    for wanted, of in ((algorithm, lambda c: c.algo), (dataset, lambda c: c.data.dataset),
+                       (partition, lambda c: c.data.partition)):
+        if wanted:
+            keep &= cfgs.map(lambda c, of=of, wanted=wanted: c is not None and of(c) == wanted)
+    if status:
+        keep &= overview["status"] == status
+    if text and text.strip():
+        haystack = listing.astype(str).agg(" ".join, axis=1).str.lower()
+        keep &= haystack.str.contains(text.strip().lower(), regex=False)
+    return keep
+
+
+def _compared(names, loaded) -> pd.DataFrame:
+    rows = []
+    for i, (name, run) in enumerate(zip(names, loaded), 1):
+        s, cfg = run.summary(), run.config
+        rows.append({"#": i, "algorithm": algo_label(cfg.algo), "data": setting_label(cfg),
+                     "clients": cfg.data.num_clients, "settings": run_settings(cfg),
+                     "rounds": f"{s['rounds']} of {cfg.rounds}" if run.status == "partial" else cfg.rounds,
+                     "status": f"stopped at round {s['rounds']}" if run.status == "partial" else run.status,
+                     "best acc %": round(s["best_acc"], 2), "best round": s["best_round"],
+                     "final acc %": round(s["final_acc"], 2), "run": name})
+    return pd.DataFrame(rows, columns=list(COMPARED))
+
+
+def toggle(selected, evt: gr.SelectData):
+    """A click on a listed run adds it to the runs compared (or takes it out again)."""
+    name = evt.row_value[-1] if evt.row_value else None
+    selected = list(selected or [])
+    if name:
+        selected = [n for n in selected if n != name] if name in selected else selected + [name]
+    return gr.Dropdown(value=selected, multiselect=True)
+
+
+def build(app, demo) -> tuple[list, list]:
+    """The tab; returns (the inputs, the outputs) of :func:`runs`, to refresh it after every job."""
+    gr.Markdown("Runs the app has computed (its own run store, read-only): finished, diverged, and stopped ones "
+                "(their checkpoint waits: Run again with the same settings resumes them). Click runs in the "
+                "list, or pick them below, to compare them.")
+    with gr.Row():
+        algorithm = gr.Dropdown(ALGORITHM_FILTER, value="", label="algorithm", elem_id="runs-algo", min_width=140)
+        dataset = gr.Dropdown(DATASET_FILTER, value="", label="dataset", elem_id="runs-dataset", min_width=140)
+        partition = gr.Dropdown(PARTITION_FILTER, value="", label="partition", elem_id="runs-partition",
+                                min_width=140)
+        status = gr.Dropdown(STATUS_FILTER, value="", label="status", elem_id="runs-status", min_width=140)
+        text = gr.Textbox("", label="text", placeholder="any text in the list, e.g. lr 0.05", elem_id="runs-text",
+                          min_width=160)
+        refresh = gr.Button("Refresh", elem_id="runs-refresh", scale=0, min_width=110)
+    listing = table(label="runs (click one to compare it)", elem_id="runs-table", max_height=360,
+                    value=pd.DataFrame(columns=list(LISTED)), column_widths=list(LISTED.values()))
+    selection = gr.Dropdown([], value=[], multiselect=True, label="runs to compare", elem_id="run-name",
+                            allow_custom_value=True)
+    with gr.Row():
+        run_plot = plot(label="test accuracy", elem_id="run-plot", scale=3)
+        details = gr.JSON(label="summary and settings of the last one picked", elem_id="run-details", scale=2)
+    compared = table(label="runs compared", elem_id="runs-compared", value=pd.DataFrame(columns=list(COMPARED)),
+                     column_widths=list(COMPARED.values()))
+    inputs = [selection, algorithm, dataset, partition, status, text]
+    outputs = [listing, selection, run_plot, details, compared]
+    gr.on([refresh.click, selection.input, algorithm.change, dataset.change, partition.change, status.change,
+           text.submit, demo.load], app.runs, inputs, outputs, api_name="runs", **LIGHT)
+    listing.select(toggle, selection, selection, queue=False, **PRIVATE).then(
+        app.runs, inputs, outputs, **LIGHT, **PRIVATE)
+    return inputs, outputs

@@ -1,0 +1,56 @@
+"""Trajectory: paper Fig. 4, one client's local models on its loss surface, FedAvg vs FedALA with ALA
+switched on after round K (the protocol of experiments.plans.fig4_configs)."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from ...experiments.plans import fig4_configs, fig4_window
+from ...experiments.runs import fig4_runs
+from ..jobs import job
+from ..settings import DEFAULTS, make_config, whole
+from ..widgets import follow, plot, run_stop, table, whole_slider
+from . import Panel
+
+
+@job
+def trajectory(app, client, K, before, grid, settings, job):
+    """Fig. 4: ``client``'s local models on its loss surface, FedAvg vs FedALA with ALA switched on after
+    round K, from round K − ``before`` to the last round of the current settings."""
+    from ...figures.trajectory import TrajectoryDisplay
+
+    cfg = make_config(algo="fedala", **settings)
+    client, K, before, grid = whole(client), whole(K), whole(before), whole(grid)
+    window = fig4_window(K, before, cfg.rounds)
+    cfgs = fig4_configs(cfg, K=K, window=window, client=client)  # checked before any work
+    got = app.fetch(job, cfgs, lambda store, callback: fig4_runs(cfg, K=K, window=window, client=client,
+                                                                 store=store, callback=callback),
+                    labels=["FedAvg", f"FedALA (ALA on after round {K})"])
+    if got.status:  # stopped: a surface needs both runs' every round of the window
+        return gr.skip(), gr.skip(), got.status
+    total = sum(c.rounds for c in cfgs)
+    job.progress((total, total), desc=f"loss surface: {grid}×{grid} points", unit="rounds")
+    disp = TrajectoryDisplay.from_runs(*got.runs, client, grid=grid, rounds=window)
+    note = (f"Client {client}, rounds {window[0]}–{window[1]}; ALA switched on after round {K}. Markers are "
+            "projections: the table gives each run's true final local loss and how far its models lie off the "
+            "plane.")
+    return disp.figure_, disp.landscape_.summary().round(4), note
+
+
+def build(app, settings) -> Panel:
+    gr.Markdown("Paper Fig. 4: one client's local models on its loss surface, FedAvg (black) vs FedALA (blue), "
+                "where FedALA is FedAvg until round K and uses ALA afterwards. Red circles: start of a round, "
+                "green squares: its end.")
+    d = DEFAULTS
+    with gr.Row():
+        client = whole_slider(0, d["num_clients"] - 1, 4, "client", "traj-client", field="client")
+        K = whole_slider(0, d["rounds"] - 1, d["rounds"] - 10, "ALA activation round K (ALA on after it)", "traj-k",
+                         field="K")
+        before = whole_slider(0, 20, 2, "rounds shown before K", "traj-before", field="rounds before K")
+        grid = whole_slider(5, 41, 21, "surface grid (points per axis)", "traj-grid", step=2, field="grid")
+    run, stop, status = run_stop("traj")
+    traj_plot = plot(label="trajectories on the loss surface", elem_id="traj-plot")
+    losses = table(label="true local losses", elem_id="traj-table")
+    follow(settings["num_clients"], client, "client", lambda n: n - 1)
+    follow(settings["rounds"], K, "K", lambda t: t - 1)
+    return Panel("trajectory", run, stop, status, [client, K, before, grid], [traj_plot, losses])
