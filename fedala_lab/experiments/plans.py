@@ -178,9 +178,9 @@ def fig4_configs(base_cfg: RunConfig, *, K: int, window: tuple[int, int],
     FedALA runs with ALA deactivated for rounds ≤ K (plain FedAvg initialisation) and activated afterwards;
     FedAvg is the same run continued without ALA. Both record ``client``'s local models from the window's
     first round on and stop at its last round. Every random draw is derived from (seed, round, client,
-    purpose), so the FedAvg run with the same seed *is* the continuation of the FedALA run's first K rounds
-    (tested in tests/test_ala.py): the two runs are configured, not forked from a checkpoint
-    (docs/design.md#determinism). Paper: MNIST pathological, K = 155, window 140–200.
+    purpose), so the FedAvg run with the same seed *is* the FedALA run's first K rounds (tested in
+    tests/test_ala.py): FedAvg keeps its engine state of round K, and the FedALA run starts from it
+    (``get_or_run`` branches, docs/design.md#run-store). Paper: MNIST pathological, K = 155, window 140–200.
     """
     first, last = window_rounds(window)
     if not isinstance(K, int) or isinstance(K, bool) or not 0 <= K < last:
@@ -189,7 +189,8 @@ def fig4_configs(base_cfg: RunConfig, *, K: int, window: tuple[int, int],
     if not isinstance(client, int) or isinstance(client, bool) or client < 0:
         raise ConfigError("client", client, "a client id (integer >= 0)")
     cfg = base_cfg.replace(rounds=last, snapshot_clients=str(client), snapshot_from=first)
-    return cfg.replace(algo="fedavg"), cfg.replace(algo="fedala", ala_after=K)
+    # FedALA(ala_after=K) is FedAvg through round max(1, K): the FedAvg run keeps its state there
+    return cfg.replace(algo="fedavg", keep_states=str(max(1, K))), cfg.replace(algo="fedala", ala_after=K)
 
 
 def window_rounds(window) -> tuple[int, int]:
