@@ -233,7 +233,8 @@ class RunConfig:
     # test sample by default. True restores the reference.
     eval_drop_last: bool = False
     # Record the train-split loss of every initialised and trained local model (Fig. 5). Costs a forward
-    # pass over all train data twice per evaluated round.
+    # pass over all train data twice per evaluated round. Recording only (no result depends on it): not in
+    # the key; a figure that reads it asks get_or_run(needs=has_train_loss) for a run that has it.
     record_train_loss: bool = True
     # Clients whose ALA weights and learning curves are kept: "auto" = all when small, else the first 4;
     # "all", "none", or comma-separated ids like "0,4,8".
@@ -443,7 +444,7 @@ class RunConfig:
 # Fields that change neither a run's result nor its identity (not in the key): where and how it runs, and
 # what is recorded or kept besides the result. get_or_run(needs=…) recomputes a stored run lacking a recording.
 RECORDING_FIELDS = ("device", "checkpoint_every", "threads", "track_clients", "snapshot_clients", "snapshot_from",
-                    "keep_states")
+                    "record_train_loss", "keep_states")
 _RUN_NAMES = frozenset(f.name for f in fields(RunConfig))
 _DATA_NAMES = tuple(f.name for f in fields(DataConfig))
 # Every name a setting can be given by (replace, from_dict, --set, sweep axes, spec files): the run's

@@ -57,7 +57,7 @@ def test_key_ignores_unused_and_machine_fields():
     assert a.key() != a.replace(seed=1).key()
     assert a.key() != a.replace(data_seed=2).key()
     # recording only: what is recorded or kept besides the result never names another run
-    for change in ({"keep_states": "1,5"}, {"keep_states": "none"},
+    for change in ({"record_train_loss": False}, {"keep_states": "1,5"}, {"keep_states": "none"},
                    {"snapshot_clients": "0"}, {"track_clients": "none"}, {"threads": 1}):
         assert a.replace(**change).key() == a.key(), change
 

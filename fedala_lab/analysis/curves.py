@@ -94,7 +94,8 @@ def convergence_frame(runs: Iterable, labels=None) -> pd.DataFrame:
     """Fig. 5 data, tidy: label, round, init_loss, trained_loss (sample-weighted train-split loss of
     every client's model after initialisation and after local training), only evaluated rounds.
 
-    Needs ``record_train_loss=True`` (the default). Raises ConfigError for runs that lack it.
+    Needs ``record_train_loss=True`` (recording only; the MNIST presets leave it off). Raises ConfigError for
+    runs that lack it.
     """
     parts = []
     runs = list(runs)

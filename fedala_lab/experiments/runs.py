@@ -174,6 +174,13 @@ class RunCache:
         return hit
 
 
+def has_train_loss(run: Run) -> bool:
+    """Whether ``run`` recorded the train-split losses of the initialised and trained models (Fig. 5) in
+    every evaluated round (``record_train_loss``): a ``needs=`` for :func:`get_or_run`."""
+    r = run.rounds.dropna(subset=["acc"])
+    return len(r) > 0 and bool(r["init_loss"].notna().all() and r["trained_loss"].notna().all())
+
+
 def fig4_runs(base_cfg: RunConfig, *, K: int, window: tuple[int, int], client: int, store=None,
               progress: bool = False, callback: Callable | None = None) -> tuple[Run, Run]:
     """The runs of the paper's Fig. 4 protocol (:func:`~fedala_lab.experiments.plans.fig4_configs`):

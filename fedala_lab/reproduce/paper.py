@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..config import RunConfig, algo_label
 from ..experiments.plans import Plan
-from ..experiments.runs import RunCache, fig4_runs, get_or_run
+from ..experiments.runs import RunCache, fig4_runs, get_or_run, has_train_loss
 from .fedlama import fedlama_figures
 
 
@@ -29,9 +29,9 @@ class Context:
     formats: tuple[str, ...] = ("png", "pdf")
     dpi: int = 100
 
-    def run(self, cfg: RunConfig):
-        """The run of ``cfg`` from the store, or computed now."""
-        return get_or_run(cfg, self.store, progress=self.progress)
+    def run(self, cfg: RunConfig, needs=None):
+        """The run of ``cfg`` from the store, or computed now; ``needs`` as in :func:`get_or_run`."""
+        return get_or_run(cfg, self.store, progress=self.progress, needs=needs)
 
     def save(self, disp, stem: str) -> list[Path]:
         """Write ``disp``'s figure as out/stem.<format>. PDFs carry no creation date, so files change only
@@ -168,8 +168,9 @@ def make_fig4(ctx: Context):
 def make_fig5(ctx: Context):
     from ..figures.convergence import ConvergenceDisplay
 
-    cfg = ctx.plan.practical.replace(rounds=ctx.plan.fig5_rounds, seed=ctx.plan.seeds[0])
-    runs = [ctx.run(cfg.replace(algo=a)) for a in ("fedavg", "fedala")]
+    # the train-split losses are recording only (not in the key): a stored run without them is recomputed
+    cfg = ctx.plan.practical.replace(rounds=ctx.plan.fig5_rounds, seed=ctx.plan.seeds[0], record_train_loss=True)
+    runs = [ctx.run(cfg.replace(algo=a), needs=has_train_loss) for a in ("fedavg", "fedala")]
     d = ConvergenceDisplay.from_runs(runs)
     findings = []
     for r in d.gap_.itertuples():
