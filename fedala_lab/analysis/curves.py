@@ -4,6 +4,7 @@
 - :func:`start_phase_summary` — per client: start-phase epochs, whether it hit the cap, later-round loss.
 - :func:`convergence_frame` — Fig. 5: global objective of the initialised and the trained local models.
 - :func:`accuracy_curves` — accuracy (or any per-round metric) per run.
+- :func:`plateau_round` — where a run's best accuracy stops rising (Fig. 4's K on a short horizon).
 """
 
 from __future__ import annotations
@@ -140,3 +141,23 @@ def accuracy_curves(runs: Iterable, metric: str = "acc", labels=None) -> pd.Data
         parts.append(pd.DataFrame({"label": label, "round": r["round"].to_numpy(),
                                    "value": scale * r[metric].to_numpy()}))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["label", "round", "value"])
+
+
+def plateau_round(run, *, points: float = 0.5, rounds: int = 3, search: tuple[int, int] | None = None) -> dict:
+    """Where ``run``'s best accuracy has plateaued: the first round K in ``search`` (default: all rounds that
+    have ``rounds`` recorded rounds after them) after which the best accuracy so far rises by less than
+    ``points`` percentage points over the next ``rounds`` rounds, best(K + rounds) − best(K) < points.
+
+    Returns {"K", "found" (False: no round qualified, K is the last round tried), "best_at_K",
+    "best_after" (best(K + rounds), %), "points", "rounds", "search" (the rounds tried)}."""
+    best = 100 * run.rounds.set_index("round")["best_acc"].astype(float).ffill()
+    last = int(best.index.max())
+    lo, hi = search if search is not None else (int(best.index.min()), last - rounds)
+    hi = max(min(hi, last - rounds), 1)
+    lo = max(min(lo, hi), 1)
+    out = {"points": points, "rounds": rounds, "search": (lo, hi)}
+    for t in range(lo, hi + 1):
+        if t in best.index and t + rounds in best.index and best[t + rounds] - best[t] < points:
+            return {**out, "K": t, "found": True, "best_at_K": float(best[t]), "best_after": float(best[t + rounds])}
+    after = float(best[hi + rounds]) if hi + rounds in best.index else float("nan")
+    return {**out, "K": hi, "found": False, "best_at_K": float(best.get(hi, float("nan"))), "best_after": after}

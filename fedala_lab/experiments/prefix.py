@@ -142,3 +142,21 @@ def find_prefix(cfg: RunConfig, store, *, after: int = 0):
             continue
         return pre, run, state
     return None
+
+
+def rounds_to_compute(cfgs: Iterable[RunConfig], store) -> int:
+    """How many rounds getting ``cfgs`` in this order will simulate: none for a run the store holds, else its
+    rounds after the latest start among the stored runs and the runs before it in the list (an estimate for
+    a progress bar: checkpoints and recordings a stored run lacks are not counted)."""
+    known = list(store.with_states())
+    seen, total = set(), 0
+    for cfg in cfgs:
+        if cfg.key() in seen:
+            continue
+        seen.add(cfg.key())
+        if store.has(cfg):
+            continue
+        found = candidates(cfg, known)
+        total += cfg.rounds - (found[0].round if found else 0)
+        known.append((Path("(planned)"), cfg, {t: Path("(planned)") for t in cfg.kept_rounds()}))
+    return total

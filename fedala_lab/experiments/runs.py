@@ -181,6 +181,19 @@ def has_train_loss(run: Run) -> bool:
     return len(r) > 0 and bool(r["init_loss"].notna().all() and r["trained_loss"].notna().all())
 
 
+def holds_recording(cfg: RunConfig) -> Callable[[Run], bool]:
+    """A ``needs=`` for :func:`get_or_run`: whether a stored run holds what ``cfg`` records besides its result,
+    its train-split losses (``record_train_loss``) and its snapshot clients' models from ``snapshot_from``."""
+    snap = cfg.clients_to("snapshot_clients", cfg.data.num_clients)
+
+    def check(run: Run) -> bool:
+        if cfg.record_train_loss and not has_train_loss(run):
+            return False
+        return all(_has_snapshots(run, c, cfg.snapshot_from) for c in snap)
+
+    return check
+
+
 def fig4_runs(base_cfg: RunConfig, *, K: int, window: tuple[int, int], client: int, store=None,
               progress: bool = False, callback: Callable | None = None) -> tuple[Run, Run]:
     """The runs of the paper's Fig. 4 protocol (:func:`~fedala_lab.experiments.plans.fig4_configs`):
