@@ -127,6 +127,59 @@ def test_convergence_display_two_lines_per_run(runs):
         runs["fedala", 0].rounds["init_loss"].iloc[-1] - runs["fedala", 0].rounds["trained_loss"].iloc[-1])
 
 
+def _synthetic_run(oscillating=3, rounds=30):
+    """5 clients whose trained losses fall smoothly, but for one that alternates between 0.1 and 3 from round 10."""
+    from fedala_lab.record.run import Run
+
+    t = np.arange(1, rounds + 1)
+    rows = []
+    for c in range(5):
+        loss = np.exp(-t / 10) * (1 + c / 10)
+        if c == oscillating:
+            loss = np.where(t >= 10, np.where(t % 2 == 0, 3.0, 0.1), loss)
+        rows += [{"round": r, "client": c, "init_loss": 2 * v, "trained_loss": v} for r, v in zip(t, loss)]
+    clients = pd.DataFrame(rows)
+    sizes = np.array([100, 100, 100, 20, 100])
+    w = sizes[clients["client"]] / sizes.sum()
+    rounds_df = (clients.assign(init_loss=clients["init_loss"] * w, trained_loss=clients["trained_loss"] * w)
+                 .groupby("round")[["init_loss", "trained_loss"]].sum().reset_index())
+    rounds_df["acc"] = 0.9 - 0.5 * np.exp(-t / 4)
+    rounds_df["best_acc"] = rounds_df["acc"].cummax()
+    return Run(config=preset("teach", algo="fedala", rounds=rounds), clients=clients, rounds=rounds_df, ala=pd.DataFrame(),
+               meta={"train_sizes": sizes.tolist()})
+
+
+def test_variance_shares_name_the_client_that_moves_the_mean():
+    from fedala_lab.analysis.curves import client_spread, plateau_round, variance_shares
+
+    run = _synthetic_run()
+    v = variance_shares(run)
+    assert v["client"].iloc[0] == 3 and v["share"].iloc[0] > 0.95 and v["share"].sum() == pytest.approx(1)
+    assert v["train_size"].iloc[0] == 20 and v["first"].iloc[0] == 4 and v["last"].iloc[0] == 30
+    spread = client_spread([run])
+    piv = run.clients.pivot(index="round", columns="client", values="trained_loss")
+    np.testing.assert_allclose(spread["median"], piv.median(axis=1))
+    # K: best accuracy 0.9 − 0.5·exp(−t/4) gains < 0.5 points over 3 rounds first after round 15
+    gains = [100 * (run.rounds["best_acc"][t + 2] - run.rounds["best_acc"][t - 1]) for t in range(1, 28)]
+    k = next(t for t, g in zip(range(1, 28), gains) if g < 0.5)
+    pl = plateau_round(run, points=0.5, rounds=3, search=(5, 25))
+    assert pl["found"] and pl["K"] == k and pl["best_after"] - pl["best_at_K"] < 0.5
+    late = plateau_round(run, points=0.001, rounds=3, search=(5, 25))
+    assert not late["found"] and late["K"] == 25
+
+
+def test_convergence_display_per_client_panel():
+    from fedala_lab.figures import ConvergenceDisplay
+
+    run = _synthetic_run()
+    d = ConvergenceDisplay.from_runs([run], per_client=True)
+    assert len(d.ax_) == 2 and len(d.lines_) == 2 and len(d.medians_) == 1 and len(d.bands_) == 1
+    (top,) = d.top_lines_
+    assert "client 3 (20 train samples)" in top.get_label() and "% of the mean" in top.get_label()
+    np.testing.assert_allclose(top.get_ydata(), run.clients.query("client == 3")["trained_loss"])
+    assert ConvergenceDisplay.from_runs([run]).spread_ is None  # the paper's single panel by default
+
+
 # ------------------------------------------------------------------------------------------ tables
 
 
@@ -366,7 +419,7 @@ def _mnist_cut(tmp_path, monkeypatch):
 @pytest.mark.filterwarnings("ignore:.*hold fewer than batch_size")
 def test_mnist_preset_smoke_on_a_tiny_cut(tmp_path, monkeypatch):
     """`fedala-lab figures --preset mnist --only fig4,fig5 --rounds 2 --seeds 1` on 10 train rows per client:
-    Fig. 4's K read off the FedAvg run and FedALA branched from it, Fig. 5's runs recording the train losses."""
+    Fig. 4's K read off the FedAvg run and FedALA branched from it, Fig. 5's per-client view, the index."""
     from fedala_lab.reproduce import run_figures
 
     _mnist_cut(tmp_path, monkeypatch)
@@ -380,6 +433,7 @@ def test_mnist_preset_smoke_on_a_tiny_cut(tmp_path, monkeypatch):
     assert fig4["findings"][0].startswith("K = 1") and "client 4" in fig4["findings"][1]
     assert fig4["runs_computed"] == 2 and len(fig4["runs_branched"]) == 1  # FedALA from FedAvg's round 1
     assert "from round 1 of fedavg-pool" in fig4["runs_branched"][0] and "from round 1" in readme
+    assert any("per client" in x for x in entries["fig5"]["findings"])
     assert len(entries["fig5"]["runs_branched"]) == 1  # FedALA Dir(0.1) from FedAvg's round 1
 
 

@@ -252,14 +252,67 @@ def make_fig5(ctx: Context):
     from ..figures.convergence import ConvergenceDisplay
 
     runs = [ctx.run(cfg, needs=has_train_loss) for cfg in _fig5_cfgs(ctx.plan)]
-    d = ConvergenceDisplay.from_runs(runs)
+    d = ConvergenceDisplay.from_runs(runs, per_client=True)
     findings = []
     for r in d.gap_.itertuples():
         meet = f"within 10 % of each other from round {int(r.meet_round)} on" if r.meet_round == r.meet_round \
             else "not within 10 % of each other by the last round"
         findings.append(f"{r.label}: final initialised {r.final_init_loss:.4f} vs trained {r.final_trained_loss:.4f}; "
                         f"{meet}")
-    return ctx.save(d, "fig5_convergence"), findings
+    return ctx.save(d, "fig5_convergence"), findings + _fig5_clients(d, runs)
+
+
+DOMINANT = 0.5  # a client with this share of the weighted curve's round-to-round variance decides its shape
+
+
+def _fig5_clients(d, runs) -> list[str]:
+    """Findings of the per-client view: for each run the client that moves the weighted trained-loss curve
+    most, its share, how jagged the curve is; and, where one client dominates an ALA run, why (the numbers
+    read off the run and its data; docs/design.md#federated-loop)."""
+    import numpy as np
+
+    from ..data.federated import FederatedData
+
+    out = []
+    tops = d.top_.drop_duplicates("label") if d.top_ is not None and len(d.top_) else None
+    for run, (label, df) in zip(runs, d.frame_.groupby("label", sort=False)):
+        if tops is None or label not in set(tops["label"]):
+            out.append(f"{label}, per client: too few evaluated rounds ({len(df)}) for the clients' shares of the "
+                       "curve's round-to-round variance")
+            continue
+        t = tops[tops["label"] == label].iloc[0]
+        c, share, n = int(t["client"]), float(t["share"]), int(t["train_size"])
+        loss = df["trained_loss"].to_numpy()
+        step = np.abs(np.diff(np.log10(np.maximum(loss, 1e-300))))
+        jumps = df["round"].to_numpy()[1:][step > np.log10(2)]
+        jag = (f"{len(jumps)} round-to-round changes larger than ×2 (rounds {jumps.min()}–{jumps.max()})"
+               if len(jumps) else "no round-to-round change larger than ×2")
+        out.append(f"{label}, per client: the weighted trained-loss curve shows {jag}; client {c} ({n:,} train "
+                   f"samples, {100 * t['weight']:.1f} % of the weight) accounts for {100 * share:.1f} % of the "
+                   f"variance of its round-to-round changes over rounds {int(t['first'])}–{int(t['last'])}"
+                   + (" and decides its shape" if share >= DOMINANT else "; no single client dominates"))
+        if share < DOMINANT or not run.config.uses_ala:
+            continue
+        counts = FederatedData.from_config(run.config.data).label_counts()
+        mine = counts[(counts["client"] == c) & (counts["split"] == "train")].sort_values("count", ascending=False)
+        top_label, top_n = int(mine["label"].iloc[0]), int(mine["count"].iloc[0])
+        cfg = run.config
+        steps = (n // cfg.batch_size if cfg.drop_last else -(-n // cfg.batch_size)) * cfg.local_epochs
+        lo, hi = (int(jumps.min()), int(jumps.max())) if len(jumps) else (int(t["first"]), int(t["last"]))
+        span = run.clients[(run.clients["round"] >= lo) & (run.clients["round"] <= hi)].dropna(subset=["trained_loss"])
+        own, others = span[span["client"] == c], span[span["client"] != c]
+        out.append(
+            f"Why {label}'s curve is jagged: client {c} holds {n} train samples, {top_n} of them {top_label}s; in "
+            f"rounds {lo}–{hi} its trained loss ranges {own['trained_loss'].min():.3g}–"
+            f"{own['trained_loss'].max():.3g} while every other client stays below "
+            f"{others['trained_loss'].max():.3g}. With "
+            f"lr {run.config.lr:g} and {'reshuffled' if run.config.shuffle else 'a fixed'} batch order its {steps} "
+            f"local SGD steps a round sometimes overshoot into predicting {top_label} for everything; ALA starts each round "
+            f"partly from the client's own previous model, so a collapsed round is followed by a good one and "
+            f"vice versa, a cycle its {100 * t['weight']:.1f} % weight turns into swings of the weighted mean. "
+            "FedAvg restarts every client from the global model. The median and interquartile band (right) are "
+            "smooth: the swings are this one client's, not FedALA's as a whole.")
+    return out
 
 
 def make_table2(ctx: Context):
@@ -384,7 +437,8 @@ FIGURES: dict[str, FigureSpec] = {s.key: s for s in [
                "round", make_fig3, _fig3_cfgs),
     FigureSpec("fig4", "Fig. 4", "local trajectory of one client on its loss surface (PCA plane), FedAvg "
                "black vs FedALA blue, ALA switched on after K rounds", make_fig4, _fig4_planned),
-    FigureSpec("fig5", "Fig. 5", "global objective of the initialised vs the trained local models per round",
+    FigureSpec("fig5", "Fig. 5", "global objective of the initialised vs the trained local models per round "
+               "(left); per client: median, interquartile band and the client that moves the mean most (right)",
                make_fig5, _fig5_cfgs),
     FigureSpec("table1", "Table 1 (s)", "accuracy and ALA cost against s (% of local data used to learn W)",
                make_table1, lambda plan: plan.ablation("s").configs()),
