@@ -582,31 +582,26 @@ def read_config_file(path: str | os.PathLike) -> dict:
 
 def _parse_clients(spec: str):
     """'auto' | 'all' | 'none' | '0,4,8' → 'auto' | 'all' | tuple of ints; None if malformed."""
-    if not isinstance(spec, str):
-        return None
-    s = spec.strip().lower()
-    if s in ("auto", "all"):
-        return s
-    if s in ("none", ""):
-        return ()
-    try:
-        ids = tuple(int(t) for t in s.split(","))
-    except ValueError:
-        return None
-    return ids if all(i >= 0 for i in ids) else None
+    return _parse_list(spec, ("auto", "all"), 0)
 
 
 def _parse_rounds(spec: str):
     """'last' | 'none' | '1,10' → 'last' | () | tuple of rounds >= 1; None if malformed."""
+    return _parse_list(spec, ("last",), 1, MAX_ROUNDS)
+
+
+def _parse_list(spec: str, words: tuple[str, ...], lo: int, hi: int | None = None):
+    """One of ``words``, 'none' (or '') → (), or comma-separated integers in [lo, hi] → a tuple; None if
+    malformed."""
     if not isinstance(spec, str):
         return None
     s = spec.strip().lower()
-    if s == "last":
-        return "last"
+    if s in words:
+        return s
     if s in ("none", ""):
         return ()
     try:
-        rounds = tuple(int(t) for t in s.split(","))
+        values = tuple(int(t) for t in s.split(","))
     except ValueError:
         return None
-    return rounds if all(1 <= t <= MAX_ROUNDS for t in rounds) else None
+    return values if all(v >= lo and (hi is None or v <= hi) for v in values) else None
