@@ -403,11 +403,12 @@ def _add_app(sub) -> None:
 
 def _add_figures(sub) -> None:
     p = sub.add_parser("figures", help="regenerate the paper's figures and tables from (cached) runs")
-    p.add_argument("--preset", choices=["quick", "paper"], default="quick",
-                   help="quick: digits, minutes on a CPU; paper: the shared MNIST partition, GPU scale")
+    p.add_argument("--preset", choices=["quick", "mnist", "paper"], default="quick",
+                   help="quick: digits, minutes on a CPU; mnist: the shared MNIST partitions at a horizon a CPU "
+                        "affords (≤ 1 hour, figures/mnist/); paper: the shared MNIST partition, GPU scale")
     p.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(FIGURES)}")
-    p.add_argument("--out", default=None, help="output folder (default: figures/ for quick, figures/paper/ for "
-                   "paper, so a GPU run does not overwrite the committed quick figures)")
+    p.add_argument("--out", default=None, help="output folder (default: figures/ for quick, figures/<preset>/ "
+                   "for the others, so they do not overwrite the committed quick figures)")
     p.add_argument("--store", default=None, help="run store folder (default: $FEDALA_LAB_RUNS or ./runs)")
     p.add_argument("--formats", default="png,pdf", help="image formats (default: png,pdf)")
     p.add_argument("--dpi", type=int, default=100, help="PNG resolution (default: 100)")

@@ -233,7 +233,8 @@ class RunConfig:
     # test sample by default. True restores the reference.
     eval_drop_last: bool = False
     # Record the train-split loss of every initialised and trained local model (Fig. 5). Costs a forward
-    # pass over all train data twice per evaluated round.
+    # pass over all train data twice per evaluated round. Recording only (no result depends on it): not in
+    # the key; a figure that reads it asks get_or_run(needs=has_train_loss) for a run that has it.
     record_train_loss: bool = True
     # Clients whose ALA weights and learning curves are kept: "auto" = all when small, else the first 4;
     # "all", "none", or comma-separated ids like "0,4,8".
@@ -242,6 +243,10 @@ class RunConfig:
     snapshot_clients: str = "none"
     # Rounds from which snapshots are kept (Fig. 4 uses a late window, e.g. 140–200).
     snapshot_from: int = 1
+    # Engine states the run store keeps with the finished run, as points later runs branch from
+    # (docs/design.md#run-store): "last" (the last round's), "none", or rounds "1,10,20" (and the last).
+    # An MNIST CNN state is ≈ 49 MB (20 clients × 582,026 float32 parameters). Never part of the key.
+    keep_states: str = "last"
     # "auto": vectorised on a GPU and for small models; on a CPU, models over 200k parameters run a client
     # at a time ("loop"), which measured 1.4× faster there for the MNIST CNN (benchmarks/results.md).
     backend: str = "auto"
@@ -289,6 +294,8 @@ class RunConfig:
             _check(isinstance(v, str) and _parse_clients(v) is not None, name, v,
                    '"auto", "all", "none" or comma-separated client ids like "0,4"')
         _int("snapshot_from", self.snapshot_from, 1, MAX_ROUNDS)
+        _check(isinstance(self.keep_states, str) and _parse_rounds(self.keep_states) is not None, "keep_states",
+               self.keep_states, '"last", "none" or comma-separated rounds like "1,10" (the last is kept too)')
         _choice("backend", self.backend, BACKENDS)
         _check(isinstance(self.device, str) and self.device.split(":")[0] in ("auto", "cpu", "cuda", "mps"),
                "device", self.device, "auto, cpu, cuda, cuda:<n> or mps")
@@ -314,6 +321,14 @@ class RunConfig:
     @property
     def uses_lama(self) -> bool:
         return self.algo.startswith("fedlama")
+
+    def kept_rounds(self) -> list[int]:
+        """The rounds whose engine states the store keeps (``keep_states``), ascending; the last included."""
+        spec = _parse_rounds(self.keep_states)
+        if spec == ():
+            return []
+        extra = () if spec == "last" else spec
+        return sorted({t for t in extra if t < self.rounds} | {self.rounds})
 
     def clients_to(self, which: str, num_clients: int) -> list[int]:
         """Resolve ``track_clients``/``snapshot_clients`` to client ids (validated against N)."""
@@ -379,7 +394,7 @@ class RunConfig:
     def canonical(self) -> dict[str, Any]:
         """The fields that can change the result, with unused hyper-parameters dropped."""
         d = self.to_dict()
-        for k in ("device", "checkpoint_every", "track_clients", "snapshot_clients", "snapshot_from", "threads"):
+        for k in RECORDING_FIELDS:
             d.pop(k)
         for k in ("root", "download"):
             d["data"].pop(k)
@@ -426,6 +441,10 @@ class RunConfig:
         return f"{algo}-{safe}{part}-n{self.data.num_clients}-r{self.rounds}-s{self.seed}"
 
 
+# Fields that change neither a run's result nor its identity (not in the key): where and how it runs, and
+# what is recorded or kept besides the result. get_or_run(needs=…) recomputes a stored run lacking a recording.
+RECORDING_FIELDS = ("device", "checkpoint_every", "threads", "track_clients", "snapshot_clients", "snapshot_from",
+                    "record_train_loss", "keep_states")
 _RUN_NAMES = frozenset(f.name for f in fields(RunConfig))
 _DATA_NAMES = tuple(f.name for f in fields(DataConfig))
 # Every name a setting can be given by (replace, from_dict, --set, sweep axes, spec files): the run's
@@ -563,15 +582,26 @@ def read_config_file(path: str | os.PathLike) -> dict:
 
 def _parse_clients(spec: str):
     """'auto' | 'all' | 'none' | '0,4,8' → 'auto' | 'all' | tuple of ints; None if malformed."""
+    return _parse_list(spec, ("auto", "all"), 0)
+
+
+def _parse_rounds(spec: str):
+    """'last' | 'none' | '1,10' → 'last' | () | tuple of rounds >= 1; None if malformed."""
+    return _parse_list(spec, ("last",), 1, MAX_ROUNDS)
+
+
+def _parse_list(spec: str, words: tuple[str, ...], lo: int, hi: int | None = None):
+    """One of ``words``, 'none' (or '') → (), or comma-separated integers in [lo, hi] → a tuple; None if
+    malformed."""
     if not isinstance(spec, str):
         return None
     s = spec.strip().lower()
-    if s in ("auto", "all"):
+    if s in words:
         return s
     if s in ("none", ""):
         return ()
     try:
-        ids = tuple(int(t) for t in s.split(","))
+        values = tuple(int(t) for t in s.split(","))
     except ValueError:
         return None
-    return ids if all(i >= 0 for i in ids) else None
+    return values if all(v >= lo and (hi is None or v <= hi) for v in values) else None

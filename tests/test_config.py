@@ -56,6 +56,20 @@ def test_key_ignores_unused_and_machine_fields():
     assert a.replace(root="/elsewhere").key() == a.key()
     assert a.key() != a.replace(seed=1).key()
     assert a.key() != a.replace(data_seed=2).key()
+    # recording only: what is recorded or kept besides the result never names another run
+    for change in ({"record_train_loss": False}, {"keep_states": "1,5"}, {"keep_states": "none"},
+                   {"snapshot_clients": "0"}, {"track_clients": "none"}, {"threads": 1}):
+        assert a.replace(**change).key() == a.key(), change
+
+
+def test_keep_states_names_rounds():
+    cfg = RunConfig(rounds=10)
+    assert cfg.kept_rounds() == [10]
+    assert cfg.replace(keep_states="none").kept_rounds() == []
+    assert cfg.replace(keep_states="12,3,1,3").kept_rounds() == [1, 3, 10]
+    for bad in ("0", "x", "1,-2", 5):
+        with pytest.raises(ConfigError, match="keep_states"):
+            cfg.replace(keep_states=bad)
 
 
 def test_roundtrip_and_routing():

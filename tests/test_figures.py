@@ -7,6 +7,7 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import SHARED_MNIST
 
 from fedala_lab.analysis.tables import format_mean_std
 from fedala_lab.experiments.presets import preset
@@ -202,6 +203,59 @@ def test_convergence_display_two_lines_per_run(runs):
         runs["fedala", 0].rounds["init_loss"].iloc[-1] - runs["fedala", 0].rounds["trained_loss"].iloc[-1])
 
 
+def _synthetic_run(oscillating=3, rounds=30):
+    """5 clients whose trained losses fall smoothly, but for one that alternates between 0.1 and 3 from round 10."""
+    from fedala_lab.record.run import Run
+
+    t = np.arange(1, rounds + 1)
+    rows = []
+    for c in range(5):
+        loss = np.exp(-t / 10) * (1 + c / 10)
+        if c == oscillating:
+            loss = np.where(t >= 10, np.where(t % 2 == 0, 3.0, 0.1), loss)
+        rows += [{"round": r, "client": c, "init_loss": 2 * v, "trained_loss": v} for r, v in zip(t, loss)]
+    clients = pd.DataFrame(rows)
+    sizes = np.array([100, 100, 100, 20, 100])
+    w = sizes[clients["client"]] / sizes.sum()
+    rounds_df = (clients.assign(init_loss=clients["init_loss"] * w, trained_loss=clients["trained_loss"] * w)
+                 .groupby("round")[["init_loss", "trained_loss"]].sum().reset_index())
+    rounds_df["acc"] = 0.9 - 0.5 * np.exp(-t / 4)
+    rounds_df["best_acc"] = rounds_df["acc"].cummax()
+    return Run(config=preset("teach", algo="fedala", rounds=rounds), clients=clients, rounds=rounds_df, ala=pd.DataFrame(),
+               meta={"train_sizes": sizes.tolist()})
+
+
+def test_variance_shares_name_the_client_that_moves_the_mean():
+    from fedala_lab.analysis.curves import client_spread, plateau_round, variance_shares
+
+    run = _synthetic_run()
+    v = variance_shares(run)
+    assert v["client"].iloc[0] == 3 and v["share"].iloc[0] > 0.95 and v["share"].sum() == pytest.approx(1)
+    assert v["train_size"].iloc[0] == 20 and v["first"].iloc[0] == 4 and v["last"].iloc[0] == 30
+    spread = client_spread([run])
+    piv = run.clients.pivot(index="round", columns="client", values="trained_loss")
+    np.testing.assert_allclose(spread["median"], piv.median(axis=1))
+    # K: best accuracy 0.9 − 0.5·exp(−t/4) gains < 0.5 points over 3 rounds first after round 15
+    gains = [100 * (run.rounds["best_acc"][t + 2] - run.rounds["best_acc"][t - 1]) for t in range(1, 28)]
+    k = next(t for t, g in zip(range(1, 28), gains) if g < 0.5)
+    pl = plateau_round(run, points=0.5, rounds=3, search=(5, 25))
+    assert pl["found"] and pl["K"] == k and pl["best_after"] - pl["best_at_K"] < 0.5
+    late = plateau_round(run, points=0.001, rounds=3, search=(5, 25))
+    assert not late["found"] and late["K"] == 25
+
+
+def test_convergence_display_per_client_panel():
+    from fedala_lab.figures import ConvergenceDisplay
+
+    run = _synthetic_run()
+    d = ConvergenceDisplay.from_runs([run], per_client=True)
+    assert len(d.ax_) == 2 and len(d.lines_) == 2 and len(d.medians_) == 1 and len(d.bands_) == 1
+    (top,) = d.top_lines_
+    assert "client 3 (20 train samples)" in top.get_label() and "% of the mean" in top.get_label()
+    np.testing.assert_allclose(top.get_ydata(), run.clients.query("client == 3")["trained_loss"])
+    assert ConvergenceDisplay.from_runs([run]).spread_ is None  # the paper's single panel by default
+
+
 # ------------------------------------------------------------------------------------------ tables
 
 
@@ -395,3 +449,85 @@ def test_runs_with_the_same_label_stay_separate_lines(tmp_path):
     disp = AccuracyCurveDisplay.from_runs(runs)
     assert [ln.get_label() for ln in disp.ax_.get_lines()] == ["FedAvg", "FedAvg (2)"]
     assert all(len(ln.get_xdata()) == 2 for ln in disp.ax_.get_lines())
+
+
+# ------------------------------------------------------------------------------------------- mnist plan
+
+
+def _tiny_mnist(src, dest, n_train=10, n_test=5):
+    """The shared MNIST Dir(0.1) partition cut to each client's first rows, in the FedALA repository's layout."""
+    from fedala_lab.data.pfllib import load_pfllib
+
+    splits = load_pfllib(src)
+    for split, n, parts in (("train", n_train, splits.train), ("test", n_test, splits.test)):
+        (dest / split).mkdir(parents=True)
+        for i, (x, y) in enumerate(parts):
+            with open(dest / split / f"{split}{i}_.npz", "wb") as f:
+                np.savez_compressed(f, data={"x": x[:n], "y": y[:n]})
+
+
+def test_mnist_plan_budget_and_shape():
+    from fedala_lab.experiments.plans import build_plan
+
+    plan = build_plan("mnist")
+    assert plan.practical.rounds == plan.pathological.rounds == 15 and plan.seeds == (0,)
+    assert plan.practical.model == "fedavgcnn" and plan.practical.lr == 0.005 and plan.practical.batch_size == 10
+    assert not plan.practical.record_train_loss and plan.shortened and plan.ablation_rounds == 3
+    assert plan.fig4["K"] == "auto" and plan.fig4["search"] == (5, 12) and plan.fig4["client"] == 4
+    # the shared runs record what every figure reads, whoever computes them first
+    fedavg_dir = plan.recorded(plan.practical.replace(algo="fedavg"))
+    assert fedavg_dir.record_train_loss and fedavg_dir.kept_rounds() == [1, 15]
+    fedavg_pat = plan.recorded(plan.pathological.replace(algo="fedavg"))
+    assert fedavg_pat.snapshot_clients == "4" and fedavg_pat.snapshot_from == 3
+    assert fedavg_pat.kept_rounds() == [1, 5, 7, 9, 11, 12, 15]
+    assert plan.recorded(plan.practical.replace(algo="fedala")).kept_rounds() == [3, 15]
+    assert not plan.recorded(plan.practical.replace(algo="fedprox")).record_train_loss
+    assert build_plan("mnist", fig4=(8, 6, 13)).fig4["search"] == (8, 8)
+
+
+def _mnist_cut(tmp_path, monkeypatch):
+    _tiny_mnist(SHARED_MNIST, tmp_path / "shared" / "fedala-mnist-dir0.1")
+    monkeypatch.setenv("FEDALA_LAB_SHARED_DATA", str(tmp_path / "shared"))
+    monkeypatch.setenv("FEDALA_LAB_DATA", str(tmp_path / "no-torchvision"))  # MNIST pathological: the cut pooled
+
+
+@pytest.mark.skipif(not SHARED_MNIST.is_dir(), reason="shared MNIST partition not present")
+@pytest.mark.filterwarnings("ignore:.*hold fewer than batch_size")
+def test_mnist_preset_smoke_on_a_tiny_cut(tmp_path, monkeypatch):
+    """`fedala-lab figures --preset mnist --only fig4,fig5 --rounds 2 --seeds 1` on 10 train rows per client:
+    Fig. 4's K read off the FedAvg run and FedALA branched from it, Fig. 5's per-client view, the index."""
+    from fedala_lab.reproduce import run_figures
+
+    _mnist_cut(tmp_path, monkeypatch)
+    out = tmp_path / "figs"
+    entries = run_figures("mnist", only=["fig4", "fig5"], rounds=2, seeds=1, out=out, store=tmp_path / "runs",
+                          progress=False, formats=("png",), device="cpu")
+    readme = (out / "README.md").read_text()
+    assert "Preset: `mnist`" in readme and "shortened horizon: 2 rounds" in readme
+    assert all((out / f).is_file() for e in entries.values() for f in e["files"])
+    fig4 = entries["fig4"]
+    assert fig4["findings"][0].startswith("K = 1") and "client 4" in fig4["findings"][1]
+    assert fig4["runs_computed"] == 2 and len(fig4["runs_branched"]) == 1  # FedALA from FedAvg's round 1
+    assert "from round 1 of fedavg-pool" in fig4["runs_branched"][0] and "from round 1" in readme
+    assert any("per client" in x for x in entries["fig5"]["findings"])
+    assert len(entries["fig5"]["runs_branched"]) == 1  # FedALA Dir(0.1) from FedAvg's round 1
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SHARED_MNIST.is_dir(), reason="shared MNIST partition not present")
+@pytest.mark.filterwarnings("ignore:.*hold fewer than batch_size")
+def test_mnist_preset_every_figure_on_a_tiny_cut(tmp_path, monkeypatch):
+    """Every figure of the mnist preset (2 rounds, 1 seed, 10 train rows per client) and runs shared as planned."""
+    from fedala_lab.experiments.plans import build_plan
+    from fedala_lab.reproduce import run_figures
+
+    _mnist_cut(tmp_path, monkeypatch)
+    out = tmp_path / "figs"
+    entries = run_figures("mnist", rounds=2, seeds=1, out=out, store=tmp_path / "runs", progress=False,
+                          formats=("png",), device="cpu")
+    assert list(entries) == list(build_plan("mnist").figures)
+    for e in entries.values():
+        assert all((out / f).is_file() for f in e["files"]), e["files"]
+    assert entries["fig2"]["runs_computed"] == entries["fig3"]["runs_computed"] == entries["fig5"]["runs_computed"] == 0
+    assert entries["table1"]["runs_computed"] == 5  # s = 80 is the table's FedALA run
+    assert len(entries["table1"]["runs_branched"]) == 6  # all from FedAvg Dir(0.1)'s round 1 (s = 80 too)

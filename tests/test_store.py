@@ -240,3 +240,19 @@ def test_manifests_of_older_versions_still_load(ragged, tmp_path):
     man["files"] = list(man["files"])  # names only, as before sizes and hashes were recorded
     (run.path / "manifest.json").write_text(json.dumps(man))
     assert store.has(cfg) and store.find(cfg) is not None
+
+
+def test_train_loss_is_recording_only_and_asked_for_with_needs(ragged, tmp_path):
+    """record_train_loss changes no result: one key, one folder; Fig. 5 asks for it through needs=."""
+    from fedala_lab.experiments.runs import has_train_loss
+
+    store = RunStore(tmp_path)
+    cfg = small_cfg(algo="fedavg", rounds=2, record_train_loss=False)
+    plain = get_or_run(cfg, store, data=ragged, progress=False)
+    assert not has_train_loss(plain) and plain.rounds["trained_loss"].isna().all()
+    with_loss = cfg.replace(record_train_loss=True)
+    assert store.dir_for(with_loss) == plain.path and store.find(with_loss) is not None
+    again = get_or_run(with_loss, store, data=ragged, progress=False, needs=has_train_loss)  # recomputed
+    assert has_train_loss(again) and again.path == plain.path and has_train_loss(store.find(cfg))
+    cols = ["round", "acc", "test_loss", "train_loss", "best_acc"]
+    pd.testing.assert_frame_equal(plain.rounds[cols], again.rounds[cols])

@@ -3,8 +3,11 @@
 - :func:`ala_loss_curve` — Fig. 3: a client's ALA loss per weight-learning epoch, start phase marked.
 - :func:`start_phase_summary` — per client: start-phase epochs, whether it hit the cap, later-round loss.
 - :func:`convergence_frame` — Fig. 5: global objective of the initialised and the trained local models.
+- :func:`client_spread`, :func:`variance_shares` — Fig. 5 per client: the median and interquartile band of
+  the clients' losses, and how much of the round curve's variance each client accounts for.
 - :func:`accuracy_curves` — accuracy (or any per-round metric) per run.
 - :func:`client_accuracy` — every client's accuracy at a run's last evaluated round (who gains, who loses).
+- :func:`plateau_round` — where a run's best accuracy stops rising (Fig. 4's K on a short horizon).
 
 Every frame carries each run's ``algo`` next to its legend ``label``: the figures colour by method.
 """
@@ -97,7 +100,8 @@ def convergence_frame(runs: Iterable, labels=None) -> pd.DataFrame:
     """Fig. 5 data, tidy: label, round, init_loss, trained_loss (sample-weighted train-split loss of
     every client's model after initialisation and after local training), only evaluated rounds.
 
-    Needs ``record_train_loss=True`` (the default). Raises ConfigError for runs that lack it.
+    Needs ``record_train_loss=True`` (recording only; the MNIST presets leave it off). Raises ConfigError for
+    runs that lack it.
     """
     parts = []
     runs = list(runs)
@@ -157,3 +161,97 @@ def client_accuracy(runs: Iterable, labels=None) -> pd.DataFrame:
                                    "round": last["round"].to_numpy(), "acc": 100 * last["test_acc"].to_numpy()}))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
         columns=["label", "algo", "client", "round", "acc"])
+
+
+def _client_table(run, column: str) -> pd.DataFrame:
+    """rounds × clients of a per-client column, evaluated rounds only (NaN where a client has no value)."""
+    c = run.clients.dropna(subset=[column])
+    if c.empty:
+        raise ConfigError("record_train_loss", run.config.record_train_loss,
+                          "true: the per-client view of Fig. 5 needs the clients' train-split losses")
+    return c.pivot(index="round", columns="client", values=column).sort_index()
+
+
+def client_spread(runs: Iterable, column: str = "trained_loss", labels=None) -> pd.DataFrame:
+    """Fig. 5 per client, tidy: label, round, median, q25, q75 of the clients' ``column`` (each client's
+    train-split loss; unweighted, so no single client decides them)."""
+    parts = []
+    runs = list(runs)
+    for run, label in zip(runs, unique_labels(runs, labels)):
+        piv = _client_table(run, column)
+        q = piv.quantile([0.25, 0.5, 0.75], axis=1).T
+        parts.append(pd.DataFrame({"label": label, "algo": run.config.algo, "round": piv.index.to_numpy(),
+                                   "median": q[0.5].to_numpy(),
+                                   "q25": q[0.25].to_numpy(), "q75": q[0.75].to_numpy()}))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        columns=["label", "algo", "round", "median", "q25", "q75"])
+
+
+def variance_shares(run, column: str = "trained_loss", *, from_round: int | None = None) -> pd.DataFrame:
+    """How much of the round curve's jaggedness each client accounts for (Fig. 5's "which client").
+
+    The round curve is the sample-weighted mean S(t) = Σ_i w_i ℓ_i(t) (w_i: the client's share of the
+    train samples of the clients with a value that round), as drawn. Over the evaluated rounds from
+    ``from_round`` (default: after the first tenth, the initial descent), its round-to-round change ΔS is
+    the sum of the clients' changes Δ(w_i ℓ_i), and client i's share of the variance of ΔS is
+    Cov(Δ(w_i ℓ_i), ΔS) / Var(ΔS): the shares add up to 1 (a client can have a small negative one).
+
+    Columns: client, share, train_size, weight (its w_i when all clients count), first, last (the rounds
+    used); sorted by share, largest first. Empty when fewer than three rounds are left.
+    """
+    piv = _client_table(run, column)
+    rounds = piv.index.to_numpy()
+    start = from_round if from_round is not None else int(rounds[0]) + len(rounds) // 10
+    piv = piv.loc[piv.index >= start]
+    sizes = np.asarray(run.meta.get("train_sizes", np.ones(piv.shape[1])), dtype=float)[piv.columns.to_numpy()]
+    have = piv.notna().to_numpy()
+    w = np.where(have, sizes, 0.0)
+    w = w / np.maximum(w.sum(1, keepdims=True), 1e-300)
+    contrib = np.nan_to_num(piv.to_numpy() * w)
+    cols = ["client", "share", "train_size", "weight", "first", "last"]
+    if len(contrib) < 3:
+        return pd.DataFrame(columns=cols)
+    d = np.diff(contrib, axis=0)
+    total = d.sum(1)
+    var = total.var()
+    shares = ((d - d.mean(0)) * (total - total.mean())[:, None]).mean(0) / var if var > 0 else np.zeros(d.shape[1])
+    out = pd.DataFrame({"client": piv.columns.to_numpy().astype(int), "share": shares,
+                        "train_size": sizes.astype(int), "weight": sizes / sizes.sum(),
+                        "first": int(piv.index[0]), "last": int(piv.index[-1])})
+    return out.sort_values("share", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def top_clients(runs: Iterable, column: str = "trained_loss", labels=None) -> pd.DataFrame:
+    """For each run, the client with the largest :func:`variance_shares` share and its own curve, tidy:
+    label, client, share, train_size, weight, first, last, round, loss."""
+    rows = []
+    runs = list(runs)
+    for run, label in zip(runs, unique_labels(runs, labels)):
+        shares = variance_shares(run, column)
+        if len(shares):
+            top = shares.iloc[0]
+            c = run.clients[run.clients["client"] == top["client"]].dropna(subset=[column])
+            rows.append(pd.DataFrame({"label": label, **{k: top[k] for k in shares.columns},
+                                      "round": c["round"].to_numpy(), "loss": c[column].to_numpy()}))
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(
+        columns=["label", "client", "share", "train_size", "weight", "first", "last", "round", "loss"])
+
+
+def plateau_round(run, *, points: float = 0.5, rounds: int = 3, search: tuple[int, int] | None = None) -> dict:
+    """Where ``run``'s best accuracy has plateaued: the first round K in ``search`` (default: all rounds that
+    have ``rounds`` recorded rounds after them) after which the best accuracy so far rises by less than
+    ``points`` percentage points over the next ``rounds`` rounds, best(K + rounds) − best(K) < points.
+
+    Returns {"K", "found" (False: no round qualified, K is the last round tried), "best_at_K",
+    "best_after" (best(K + rounds), %), "points", "rounds", "search" (the rounds tried)}."""
+    best = 100 * run.rounds.set_index("round")["best_acc"].astype(float).ffill()
+    last = int(best.index.max())
+    lo, hi = search if search is not None else (int(best.index.min()), last - rounds)
+    hi = max(min(hi, last - rounds), 1)
+    lo = max(min(lo, hi), 1)
+    out = {"points": points, "rounds": rounds, "search": (lo, hi)}
+    for t in range(lo, hi + 1):
+        if t in best.index and t + rounds in best.index and best[t + rounds] - best[t] < points:
+            return {**out, "K": t, "found": True, "best_at_K": float(best[t]), "best_after": float(best[t + rounds])}
+    after = float(best[hi + rounds]) if hi + rounds in best.index else float("nan")
+    return {**out, "K": hi, "found": False, "best_at_K": float(best.get(hi, float("nan"))), "best_after": after}

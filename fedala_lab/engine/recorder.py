@@ -130,3 +130,50 @@ class Recorder:
     def load_state_dict(self, d: dict) -> None:
         for k, v in d.items():
             setattr(self, k, v)
+
+    # -- a branch's first rounds -------------------------------------------------------------------
+
+    def load_prefix(self, run, t: int, *, train_loss: bool) -> None:
+        """Take ``run``'s records of rounds ≤ ``t`` as this run's own (a branch, docs/design.md#run-store),
+        keeping only what this recorder records: its tracked clients' ALA passes and weights, its snapshot
+        clients from its ``snapshot_from``, and the train-split losses only when ``train_loss``.
+
+        The caller has checked that ``run`` recorded all of that (experiments/prefix.py)."""
+        def rows(df, cols, keep=None):
+            df = df[df["round"] <= t]
+            if keep is not None:
+                df = df[keep(df)]
+            out = {c: df[c].tolist() for c in cols}
+            if not train_loss:
+                for c in ("init_loss", "trained_loss"):
+                    if c in out:
+                        out[c] = [float("nan")] * len(df)
+            return out
+
+        self.clients = rows(run.clients, CLIENT_COLS)
+        self.rounds = rows(run.rounds, ROUND_COLS)
+        self.ala = rows(run.ala, ALA_COLS, lambda df: df["client"].isin(self.tracked))
+        self.tables = {name: rows(df, list(df.columns)) for name, df in run.tables.items()}
+        self.ala_w, self.ala_w_rounds, self.snaps, self.snap_rounds = {}, {}, {}, {}
+        arrays = run.arrays
+        names = run.meta.get("ala_params", [])
+        for c in sorted(self.tracked):
+            rounds = arrays.get(f"ala_w_rounds/{c}")
+            if rounds is None:
+                continue
+            keep = np.flatnonzero(rounds <= t)
+            if len(keep):
+                self.ala_w_rounds[str(c)] = rounds[keep].tolist()
+                for n in names:
+                    w = arrays[f"ala_w/{c}/{n}"]
+                    self.ala_w[f"{c}/{n}"] = [torch.from_numpy(w[i].copy()) for i in keep]
+        for c in sorted(self.snapshot):
+            rounds = arrays.get(f"snap_rounds/{c}")
+            if rounds is None:
+                continue
+            keep = np.flatnonzero((rounds >= self.snapshot_from) & (rounds <= t))
+            if len(keep):
+                self.snap_rounds[str(c)] = rounds[keep].tolist()
+                for which in ("start", "end"):
+                    s = arrays[f"snap_{which}/{c}"]
+                    self.snaps[f"{which}/{c}"] = [torch.from_numpy(s[i].copy()) for i in keep]

@@ -114,6 +114,7 @@ class Simulation:
         self.seconds = 0.0
         self.recorder = Recorder(cfg.clients_to("track_clients", n), cfg.clients_to("snapshot_clients", n),
                                  cfg.snapshot_from)
+        self.branched_from: dict | None = None  # the stored run and round this run started from (start_from)
         self._plans: dict = {}
         self.state = self.algo.init_state(self) if self.algo.init_state else None  # the algorithm's, opaque
 
@@ -438,37 +439,78 @@ class Simulation:
             "test_sizes": self.data.test_sizes.tolist(),
             "tracked_clients": sorted(self.recorder.tracked),
         }
+        if self.branched_from:
+            meta["branched_from"] = dict(self.branched_from)
         if status == "complete" and self.round < self.cfg.rounds:
             status = "partial"
         return Run(config=self.cfg, clients=clients, rounds=rounds, ala=ala, arrays=self.recorder.arrays(),
                    meta=meta, status=status, tables=self.recorder.table_frames())
 
-    def state_dict(self) -> dict:
+    def state_dict(self, *, recorder: bool = True) -> dict:
+        """Everything a resumed run needs. ``recorder=False``: the engine state alone (what the run store keeps
+        as a branch point; the run's own tables hold the records)."""
         return {
             # the config as plain values: a stopped run can be listed (read_checkpoint) before it is resumed
             "format": CHECKPOINT_FORMAT, "key": self.cfg.key(), "config": self.cfg.to_dict(),
             "round": self.round, "seconds": self.seconds,
             "global": self.global_params, "local": self.local_params, "buffers": self.local_buffers,
-            "state": state_to_dict(self.state), "recorder": self.recorder.state_dict(),
+            "state": state_to_dict(self.state), "recorder": self.recorder.state_dict() if recorder else None,
+            "branched_from": self.branched_from, "recording": self._recording(),
         }
+
+    def _recording(self) -> dict:
+        """What this run records besides its result (not in the key, so a checkpoint must match it too)."""
+        return {k: getattr(self.cfg, k) for k in ("track_clients", "snapshot_clients", "snapshot_from",
+                                                  "record_train_loss")}
+
+    def start_from(self, d: dict, prefix: Run, *, algo_state: bool) -> None:
+        """Start at round ``d["round"]`` from the engine state ``d`` of another config's run ``prefix`` that
+        equals this run through that round (experiments/prefix.py decides which; docs/design.md#run-store).
+
+        The models and buffers are ``d``'s; the algorithm's state is ``d``'s when ``algo_state``, else fresh
+        (valid while ALA has not run: its state is still the initial one); the records of rounds ≤ that round
+        are ``prefix``'s, as far as this config records them. Raises ValueError (changing nothing) when the
+        state does not fit this run's model, format or rounds."""
+        t = int(d.get("round", -1))
+        if d.get("format") != CHECKPOINT_FORMAT or not 1 <= t <= self.cfg.rounds:
+            raise ValueError("not an engine state this run can start from")
+        shapes = {k: tuple(v.shape) for k, v in self.local_params.items()}
+        if {k: tuple(v.shape) for k, v in d["local"].items()} != shapes or set(d["global"]) != set(shapes):
+            raise ValueError("the engine state holds another model")
+        fresh = self.algo.init_state(self) if self.algo.init_state else None
+        state = state_from_dict(fresh, d["state"]) if algo_state else fresh
+        glob, local, buffers = ({k: v.to(self.device) for k, v in d[part].items()}
+                                for part in ("global", "local", "buffers"))
+        self.round, self.seconds = t, float(d["seconds"])
+        self.global_params, self.local_params, self.local_buffers, self.state = glob, local, buffers, state
+        n = self.num_clients
+        self.recorder = Recorder(self.cfg.clients_to("track_clients", n), self.cfg.clients_to("snapshot_clients", n),
+                                 self.cfg.snapshot_from)
+        self.recorder.load_prefix(prefix, t, train_loss=self.cfg.record_train_loss)
+        self.branched_from = {"run": prefix.path.name if prefix.path else prefix.config.slug(), "round": t,
+                              "seconds": float(d["seconds"])}
 
     def load_state_dict(self, d: dict) -> None:
         """Restore a :meth:`state_dict`; raises ValueError (changing nothing) for another config or format."""
-        if d.get("format") != CHECKPOINT_FORMAT or d.get("key") != self.cfg.key():
+        if d.get("format") != CHECKPOINT_FORMAT or d.get("key") != self.cfg.key() or d.get("recorder") is None:
             raise ValueError("checkpoint belongs to another config or format")
+        if d.get("recording", self._recording()) != self._recording():
+            raise ValueError("checkpoint records other clients or quantities than this config")
         state = state_from_dict(self.state, d["state"])
         glob, local, buffers = ({k: v.to(self.device) for k, v in d[part].items()}
                                 for part in ("global", "local", "buffers"))
         self.round, self.seconds = int(d["round"]), float(d["seconds"])
         self.global_params, self.local_params, self.local_buffers, self.state = glob, local, buffers, state
         self.recorder.load_state_dict(d["recorder"])
+        self.branched_from = d.get("branched_from")
 
-    def save_checkpoint(self, path: str | Path) -> None:
-        """Write atomically: a temporary file in the same folder, then ``os.replace``."""
+    def save_checkpoint(self, path: str | Path, *, recorder: bool = True) -> None:
+        """Write atomically: a temporary file in the same folder, then ``os.replace``. ``recorder=False``:
+        the engine state alone (:meth:`state_dict`), as the run store keeps it."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        torch.save(self.state_dict(), tmp)
+        torch.save(self.state_dict(recorder=recorder), tmp)
         os.replace(tmp, path)
 
     def load_checkpoint(self, path: str | Path) -> bool:

@@ -12,10 +12,10 @@ Analysis and figures never reach in here: they get runs, and this layer gets the
 
 from .plans import Plan, SweepSpec, build_plan, comparison_configs, fig4_configs, sweep_preset
 from .presets import preset
-from .runs import RunCache, comparison_runs, fig4_runs, get_or_run
+from .runs import RunCache, comparison_runs, fig4_runs, get_or_run, has_train_loss
 from .sweeps import SweepResult, run_sweep
 
 __all__ = [
     "Plan", "RunCache", "SweepResult", "SweepSpec", "build_plan", "comparison_configs", "comparison_runs",
-    "fig4_configs", "fig4_runs", "get_or_run", "preset", "run_sweep", "sweep_preset",
+    "fig4_configs", "fig4_runs", "get_or_run", "has_train_loss", "preset", "run_sweep", "sweep_preset",
 ]

@@ -179,9 +179,9 @@ def fig4_configs(base_cfg: RunConfig, *, K: int, window: tuple[int, int],
     FedALA runs with ALA deactivated for rounds ≤ K (plain FedAvg initialisation) and activated afterwards;
     FedAvg is the same run continued without ALA. Both record ``client``'s local models from the window's
     first round on and stop at its last round. Every random draw is derived from (seed, round, client,
-    purpose), so the FedAvg run with the same seed *is* the continuation of the FedALA run's first K rounds
-    (tested in tests/test_ala.py): the two runs are configured, not forked from a checkpoint
-    (docs/design.md#determinism). Paper: MNIST pathological, K = 155, window 140–200.
+    purpose), so the FedAvg run with the same seed *is* the FedALA run's first K rounds (tested in
+    tests/test_ala.py): FedAvg keeps its engine state of round K, and the FedALA run starts from it
+    (``get_or_run`` branches, docs/design.md#run-store). Paper: MNIST pathological, K = 155, window 140–200.
     """
     first, last = window_rounds(window)
     _check_K(K, last)
@@ -189,7 +189,8 @@ def fig4_configs(base_cfg: RunConfig, *, K: int, window: tuple[int, int],
     if not isinstance(client, int) or isinstance(client, bool) or not 0 <= client < n:
         raise ConfigError("client", client, f"a client id from 0 to {n - 1}")
     cfg = base_cfg.replace(rounds=last, snapshot_clients=str(client), snapshot_from=first)
-    return cfg.replace(algo="fedavg"), cfg.replace(algo="fedala", ala_after=K)
+    # FedALA(ala_after=K) is FedAvg through round max(1, K): the FedAvg run keeps its state there
+    return cfg.replace(algo="fedavg", keep_states=str(max(1, K))), cfg.replace(algo="fedala", ala_after=K)
 
 
 def fig4_window(K: int, before: int, last: int) -> tuple[int, int]:
@@ -280,16 +281,37 @@ class Plan:
     p_values: tuple[int, ...] = (1, 2, 3)
     fig2: dict = field(default_factory=dict)  # client, p, rounds (two rounds shown)
     fig3_client: int = 8
-    fig4: dict = field(default_factory=dict)  # setting, K, window, client, grid, num_samples
+    # setting, K, window, client, grid, num_samples; or K "auto": chosen from the FedAvg run's curve
+    # (plateau: points, rounds; search: first and last round tried; before/after: the window around K)
+    fig4: dict = field(default_factory=dict)
     fig5_rounds: int = 200
     # FedLAMA's comparison: its scale (a key of FEDLAMA_SCALES) and changes to it
     fedlama: tuple[str, dict] = field(default_factory=lambda: ("quick", {}))
     notes: list[str] = field(default_factory=list)
+    figures: tuple[str, ...] | None = None  # the figures this preset makes (None: all of reproduce/paper.py's)
+    ablation_rounds: int | None = None  # horizon of the s and p ablations (None: the practical setting's)
+    # What the runs record or keep besides their result (recording only, not in the key), so the first
+    # figure to compute a run records what every figure reads: (match, settings) pairs, see recorded()
+    recording: list[tuple[dict, dict]] = field(default_factory=list)
+    shortened: bool = False  # a horizon far below the paper's: tables and findings say so
 
     settings = ("pathological", "practical")  # the two data settings, in the order the figures show them
 
     def setting(self, which: str) -> RunConfig:
         return self.practical if which == "practical" else self.pathological
+
+    def recorded(self, cfg: RunConfig) -> RunConfig:
+        """``cfg`` with the recording settings the plan wants for it (:attr:`recording`): a rule's ``match``
+        names a ``setting`` (practical or pathological data) and config fields (``algo``, ``seed``,
+        ``rounds``, a tuple meaning any of those values); its settings are applied when all match."""
+        for match, settings in self.recording:
+            ok = True
+            for k, v in match.items():
+                have = cfg.data == self.setting(v).data if k == "setting" else getattr(cfg, k)
+                ok = ok and (have if k == "setting" else (have in v if isinstance(v, tuple) else have == v))
+            if ok:
+                cfg = cfg.replace(**settings)
+        return cfg
 
     def table(self, setting: str, algos: tuple[str, ...] | None = None, seeds: tuple[int, ...] | None = None,
               name: str | None = None) -> SweepSpec:
@@ -299,15 +321,81 @@ class Plan:
                          name=name or f"{self.name}-{setting}")
 
     def ablation(self, param: str) -> SweepSpec:
-        """The runs of Table 1 (``param="s"``) or Table 6 (``"p"``): FedALA on the practical setting."""
+        """The runs of Table 1 (``param="s"``) or Table 6 (``"p"``): FedALA on the practical setting, over
+        :attr:`ablation_rounds`."""
         values = {"s": self.s_values, "p": self.p_values}[param]
         grid = ((param, values), ("seed", self.ablation_seeds))
-        return SweepSpec(self.practical.replace(algo="fedala"), grid, name=f"{self.name}-{param}-ablation")
+        base = self.practical.replace(algo="fedala", rounds=self.ablation_rounds or self.practical.rounds)
+        return SweepSpec(base, grid, name=f"{self.name}-{param}-ablation")
+
+
+# The MNIST plan's round budget on a 2-core CPU (docs/design.md#loss-surface), with the CPU worker backend:
+# ≈ 15 s a FedAvg round, 18 s a FedALA round, +10 s for ALA's start phase (round 2, ≥ 11 passes over the
+# cached features), +11 s a FedAvg-C round (one more epoch of every client before evaluating), +12 s a round
+# that records the train-split losses (Fig. 5), FedProx ≈ FedAvg. R = 15 rounds, one seed:
+#
+#   Dir(0.1)  FedAvg      15 × (15 + 12)        405 s   train losses (Fig. 5); keeps its state of round 1
+#             FedALA      14 × (18 + 12) + 10   430 s   rounds 2–15, branched from FedAvg's round 1
+#             FedProx     15 × 15               225 s
+#             FedAvg-C    15 × (15 + 11)        390 s
+#   pat(2)    FedAvg      15 × 15               225 s   client 4's snapshots; states of rounds 1, 5, 7, 9, 11, 12
+#             FedALA      14 × 18 + 10          262 s   branched from FedAvg's round 1
+#             FedProx     15 × 15               225 s
+#             FedAvg-C    15 × (15 + 11)        390 s
+#   Fig. 4    FedALA(ala_after=K), from FedAvg's kept state at K or K − 1: ≤ 15 + 10 + 5 × 18 = 115 s;
+#             FedAvg beyond round 15 when K + 5 > 15: ≤ 2 × 15 = 30 s; surface 21² points × 300 rows ≈ 20 s
+#   Table 1   s ∈ {5, 10, 20, 40, 100}, 3 rounds, from FedAvg's round 1: ≤ 5 × (2 × 18 + 10) = 230 s
+#             (s = 80 is the FedALA run's state at round 3: nothing to compute)
+#   Table 6   p = 2: 2 × (18 + 6) + ≈ 80 (start phase through fc1, one client at a time) = 130 s
+#   Figs. 6–9 the two partitions loaded: ≈ 20 s; Figs. 2, 3, 5 and the curves read the runs above.
+#   Total ≈ 1450 + 1102 + 165 + 360 + 20 ≈ 3,100 s ≈ 52 minutes.
+#
+# p = 3 and 4 are left out: their weight learning runs through conv2 (or the whole model) at every batch, so a
+# pass costs about a training epoch and the start phase (≥ 11 passes) 2–4 minutes per run. Disk: a kept state
+# of the MNIST CNN is 20 clients × 582,026 float32 parameters + the global model ≈ 49 MB (p = 2's W adds 42 MB);
+# the preset keeps about 20 of them (≈ 1 GB) and client 4's snapshots (≈ 60 MB).
+MNIST_ROUNDS = 15
+
+
+def _mnist_fig4(R: int, K: int | None = None, window: tuple[int, int] | None = None) -> dict:
+    """Fig. 4 on MNIST pathological for a horizon of R rounds: K where FedAvg's best accuracy has plateaued,
+    searched on the FedAvg run's recorded curve, and a window of ``before`` rounds before K and ``after``
+    after it. Or a fixed protocol (``K``, ``window``)."""
+    y = 3 if R >= 12 else 1  # plateau: best accuracy rises by < 0.5 points over the next y rounds
+    hi = max(1, R - y)
+    lo = min(5, hi)
+    f = {"setting": "pathological", "K": "auto", "plateau": {"points": 0.5, "rounds": y}, "search": (lo, hi),
+         "before": min(2, lo - 1), "after": 5 if R >= 12 else 1, "client": 4, "grid": 21, "num_samples": 300}
+    if K is not None:
+        f.update(K=K, window=tuple(window), search=(K, K), before=K - window[0], after=window[1] - K)
+    return f
+
+
+def _mnist_recording(plan: Plan) -> list[tuple[dict, dict]]:
+    """What the MNIST plan's shared runs record and keep (recording only), so that every figure reads them:
+    Fig. 5's train-split losses; FedAvg Dir(0.1)'s state of round 1, from which FedALA and the ablations
+    branch; FedALA's state at the ablations' horizon (s = 80, p = 1 is that run cut there); the pathological
+    FedAvg run's snapshots of Fig. 4's client and states of the rounds K may take."""
+    R, f, s0 = plan.practical.rounds, plan.fig4, plan.seeds[0]
+    lo, hi = f["search"]
+    grid = sorted({1, *range(lo, hi + 1, 2), hi})
+    h = plan.ablation_rounds or R
+    rules = [
+        ({"setting": "practical", "algo": ("fedavg", "fedala"), "seed": s0, "rounds": plan.fig5_rounds},
+         {"record_train_loss": True}),
+        ({"setting": "practical", "algo": "fedavg", "seed": s0, "rounds": R}, {"keep_states": "1"}),
+        ({"setting": "pathological", "algo": "fedavg", "seed": s0, "rounds": R},
+         {"snapshot_clients": str(f["client"]), "snapshot_from": max(1, lo - f["before"]),
+          "keep_states": ",".join(map(str, grid))}),
+    ]
+    if h < R:
+        rules.append(({"setting": "practical", "algo": "fedala", "seed": s0, "rounds": R}, {"keep_states": str(h)}))
+    return rules
 
 
 def build_plan(preset_name: str = "quick", *, rounds: int | None = None, seeds: int | None = None,
                fig4: tuple[int, int, int] | None = None, device: str | None = None) -> Plan:
-    """The runs behind every figure of ``preset_name`` ("quick" or "paper").
+    """The runs behind every figure of ``preset_name`` ("quick", "mnist" or "paper").
 
     ``rounds`` replaces the number of rounds of every run except Fig. 4's; ``seeds`` the number of seeds
     (tables; ablations use at most as many); ``fig4=(K, first, last)`` replaces Fig. 4's protocol;
@@ -316,6 +404,12 @@ def build_plan(preset_name: str = "quick", *, rounds: int | None = None, seeds: 
     - ``quick``: scikit-learn's 8×8 digits, 20 clients, the teach preset's MLP (64→128→64→10), 50 rounds;
       practical Dir(0.1) and pathological (2 labels per client) partitions; 3 seeds for tables, 2 for
       ablations. Minutes on a 2-core CPU.
+    - ``mnist``: the paper's data, model and reference hyper-parameters at the horizon a 2-core CPU affords
+      in an hour (:data:`MNIST_ROUNDS` = 15 rounds, one seed; the budget above): the FedALA repository's
+      MNIST Dir(0.1) partition and MNIST pathological, FedAvgCNN, lr 0.005, batch 10, η 1, s 80, p 1, ρ 1.
+      Runs are shared between figures and branched from one another (docs/design.md#run-store); Fig. 4's K
+      is chosen from the pathological FedAvg run's curve (docs/design.md#loss-surface). Tables and
+      findings are labelled as shortened.
     - ``paper``: the FedALA repository's own MNIST Dir(0.1) partition (``preset("mnist-dir0.1")``, 2,000
       rounds, 5 seeds) with the 4-layer CNN, and torchvision MNIST pathological (``preset("mnist-pat")``)
       when its files are present; Fig. 4 as in the paper (K = 155, rounds 140–200, client 4). For a GPU.
@@ -350,8 +444,26 @@ def build_plan(preset_name: str = "quick", *, rounds: int | None = None, seeds: 
                   "num_samples": 300},
             fig5_rounds=2000, fedlama=("full", {}), notes=notes,
         )
+    elif preset_name == "mnist":
+        R = MNIST_ROUNDS
+        # checkpoints every 2 rounds: a killed call loses at most one round (≈ 15 s) of the run it was in
+        practical = preset("mnist-dir0.1", rounds=R, checkpoint_every=2)
+        pathological = preset("mnist-pat", rounds=R, checkpoint_every=2)
+        notes = [(f"shortened horizon: {R} rounds per run where the paper runs 2,000, one seed where it runs 5; "
+                  "accuracies are far from converged and not comparable to the paper's numbers")]
+        if pathological.data.dataset != "mnist":
+            notes.append("torchvision MNIST not found: MNIST pathological is drawn from the shared partition's "
+                         f"70,000 images pooled (dataset {pathological.data.dataset})")
+        plan = Plan(
+            name="mnist", base_name="mnist-dir0.1", practical=practical, pathological=pathological,
+            seeds=(0,), ablation_seeds=(0,), p_values=(1, 2),
+            # p = 1: W of the head, the table's FedALA run; client 8 holds one 0 and 3,599 ones
+            fig2={"client": 8, "p": 1, "rounds": (2, None)}, fig3_client=8,
+            fig4=_mnist_fig4(R), fig5_rounds=R, notes=notes, ablation_rounds=3, shortened=True,
+            figures=("table2", "fig2", "fig3", "fig4", "fig5", "table1", "table6", "data", "curves"),
+        )
     else:
-        raise ConfigError("preset", preset_name, "quick or paper")
+        raise ConfigError("preset", preset_name, "quick, mnist or paper")
 
     changes = {}
     if rounds is not None:
@@ -377,7 +489,18 @@ def build_plan(preset_name: str = "quick", *, rounds: int | None = None, seeds: 
         except (TypeError, ValueError):
             raise ConfigError("fig4", fig4, "K,FIRST,LAST (three integers)") from None
         window_rounds((first, last))
+        if plan.name == "mnist" and not first <= K <= last:
+            raise ConfigError("fig4", fig4, "K within the window FIRST…LAST")
         plan.fig4 = {**plan.fig4, "K": K, "window": (first, last)}
+    if plan.name == "mnist":
+        R = plan.practical.rounds
+        plan.notes[0] = (f"shortened horizon: {R} rounds per run where the paper runs 2,000, one seed where it runs "
+                         "5; accuracies are far from converged and not comparable to the paper's numbers")
+        plan.ablation_rounds = min(plan.ablation_rounds, R)
+        if rounds is not None or fig4 is not None:
+            f = plan.fig4
+            plan.fig4 = _mnist_fig4(plan.practical.rounds, *((f["K"], f["window"]) if fig4 is not None else ()))
+        plan.recording = _mnist_recording(plan)
     return plan
 
 

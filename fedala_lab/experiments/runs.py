@@ -14,6 +14,8 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -24,18 +26,25 @@ from ..errors import ConfigError, DataError, TrainingDiverged
 from ..record.run import Run
 from ..record.store import RunStore, open_store
 from .plans import comparison_configs, fig4_configs
+from .prefix import extends, find_prefix
 
 
 def get_or_run(cfg: RunConfig, store: RunStore | RunCache | str | Path | None = None, *, data=None,
                progress: bool = True, callback: Callable | None = None, resume: bool = True,
-               force: bool = False, needs: Callable[[Run], bool] | None = None) -> Run:
-    """The finished run of ``cfg`` from ``store``, or simulate it (resuming a checkpoint) and save it there.
+               force: bool = False, needs: Callable[[Run], bool] | None = None, branch: bool = True) -> Run:
+    """The finished run of ``cfg`` from ``store``, or simulate it (resuming a checkpoint, or branching from a
+    stored run) and save it there.
 
     ``store``: a RunStore, a :class:`RunCache`, a folder, or None (``$FEDALA_LAB_RUNS`` or ``./runs``).
-    ``force`` recomputes and replaces a stored run. ``needs(run)`` says whether a stored run holds what
-    the caller needs: what is recorded (tracked clients, snapshots) is not part of a config's key, so
-    the store may hold the same run recorded without it; such a run is recomputed (the same result)
-    with ``cfg``'s recording settings and replaces the stored one.
+    ``force`` recomputes and replaces a stored run, from round 1. ``needs(run)`` says whether a stored run
+    holds what the caller needs: what is recorded (tracked clients, snapshots, train-split losses) is not
+    part of a config's key, so the store may hold the same run recorded without it; such a run is
+    recomputed (the same result) with ``cfg``'s recording settings and replaces the stored one.
+
+    Branching (``branch``, docs/design.md#run-store): a run the store lacks starts from the latest round
+    through which a stored run equals it (:func:`~fedala_lab.experiments.prefix.find_prefix`: a shorter run
+    of the same config, FedAvg for FedALA before ALA starts…), or from its own checkpoint if that is later.
+    The saved run keeps the engine states ``cfg.keep_states`` names (default: the last round's).
 
     A run that diverged is saved too (status "diverged") and :class:`TrainingDiverged` raised; asking
     again raises it again from the store (the same config diverges the same way) unless ``force``.
@@ -44,7 +53,7 @@ def get_or_run(cfg: RunConfig, store: RunStore | RunCache | str | Path | None = 
     """
     if isinstance(store, RunCache):
         return store.get_or_run(cfg, data=data, progress=progress, callback=callback, resume=resume,
-                                force=force, needs=needs)
+                                force=force, needs=needs, branch=branch)
     from ..engine.simulate import Simulation  # here: the engine loads torch
 
     store = open_store(store)
@@ -67,27 +76,76 @@ def get_or_run(cfg: RunConfig, store: RunStore | RunCache | str | Path | None = 
         ckpt = store.checkpoint_for(cfg)
         if resume and not replace:
             sim.load_checkpoint(ckpt)
+        if branch and not force:
+            found = find_prefix(cfg, store, after=sim.round)
+            if found is not None:
+                prefix, prefix_run, state = found
+                try:
+                    sim.start_from(state, prefix_run, algo_state=extends(prefix.config, cfg))
+                except ValueError as err:  # a state that does not fit: start without it (nothing was changed)
+                    warnings.warn(f"cannot branch from {prefix.name}: {err}", stacklevel=2)
+                del state, prefix_run
+        kept = [t for t in cfg.kept_rounds() if t < cfg.rounds]
+
+        def keep(sim_, row):  # the states of earlier rounds the config keeps, next to the checkpoint until saved
+            if row["round"] in kept:
+                sim_.save_checkpoint(store.kept_state_for(cfg, row["round"]), recorder=False)
+            return None if callback is None else callback(sim_, row)
+
         try:
-            run = sim.run(progress=progress, callback=callback, checkpoint=ckpt)
+            run = sim.run(progress=progress, callback=keep if kept else callback, checkpoint=ckpt)
         except TrainingDiverged as err:
             if err.run is not None:
                 store.save(err.run, replace=True)
-            with contextlib.suppress(FileNotFoundError):
-                ckpt.unlink()
+            _clean(store, cfg, ckpt)
             raise
-        store.save(run, replace=True)
-        with contextlib.suppress(FileNotFoundError):
-            ckpt.unlink()
+        states, inherited = {}, _inherited_states(store, sim, cfg)
+        for t in kept:
+            f = store.kept_state_for(cfg, t)
+            if f.is_file():
+                states[t] = f
+            elif t in inherited:
+                states[t] = inherited[t]
+        if cfg.kept_rounds():
+            states[cfg.rounds] = sim.state_dict(recorder=False)
+        store.save(run, replace=True, states=states)
+        _clean(store, cfg, ckpt)
         return run
+
+
+def _inherited_states(store: RunStore, sim, cfg: RunConfig) -> dict:
+    """The kept states of the run a branched run extends (same config, fewer rounds), up to the branch round:
+    they are this run's states of those rounds too (shared as hard links)."""
+    src = sim.branched_from
+    if not src:
+        return {}
+    path = store.root / src["run"]
+    try:
+        stored = RunConfig.from_dict(json.loads((path / "config.json").read_text()))
+    except (OSError, ValueError):
+        return {}
+    if not extends(stored, cfg):
+        return {}
+    return {t: f for t, f in store.states(path).items() if t <= src["round"]}
+
+
+def _clean(store: RunStore, cfg: RunConfig, ckpt: Path) -> None:
+    """Remove a finished (or diverged) run's checkpoint and the states it kept for itself."""
+    for f in [ckpt, *(store.kept_state_for(cfg, t) for t in cfg.kept_rounds())]:
+        with contextlib.suppress(FileNotFoundError):
+            f.unlink()
 
 
 class RunCache:
     """A run store as one driver call uses it: each run is read from disk once (figures share runs), and the
     runs handed out and computed are counted (``used``, ``computed``; :meth:`start_counting` resets them)
-    for the figures' "runs computed / used". Pass it wherever a ``store`` is taken."""
+    for the figures' "runs computed / used". Pass it wherever a ``store`` is taken.
 
-    def __init__(self, store: RunStore | str | Path | None = None):
+    ``on_round(n)`` is called with 1 after every round simulated through this cache (an overall progress bar)."""
+
+    def __init__(self, store: RunStore | str | Path | None = None, *, on_round: Callable[[int], None] | None = None):
         self.store = open_store(store)
+        self.on_round = on_round
         self._runs: dict[str, Run] = {}  # config key -> Run
         self.used: list[Run] = []  # runs handed out since start_counting (repeats included)
         self.computed = 0  # of which computed now (not from the store)
@@ -96,7 +154,7 @@ class RunCache:
         self.used, self.computed = [], 0
 
     def get_or_run(self, cfg: RunConfig, *, force: bool = False, needs: Callable[[Run], bool] | None = None,
-                   **kwargs) -> Run:
+                   callback: Callable | None = None, **kwargs) -> Run:
         """:func:`get_or_run` through the memo; ``kwargs`` as there."""
         key = cfg.key()
         hit = None if force else self._runs.get(key)
@@ -106,11 +164,38 @@ class RunCache:
             # absent, forced, or without what this caller needs: the store re-reads under its lock or
             # recomputes, never from the memo
             self._runs.pop(key, None)
-            hit = get_or_run(cfg, self.store, force=force, needs=needs, **kwargs)
+            if self.on_round is not None:
+                inner = callback
+
+                def callback(sim, row):
+                    self.on_round(1)
+                    return None if inner is None else inner(sim, row)
+
+            hit = get_or_run(cfg, self.store, force=force, needs=needs, callback=callback, **kwargs)
             self.computed += 1
         self._runs[key] = hit
         self.used.append(hit)
         return hit
+
+
+def has_train_loss(run: Run) -> bool:
+    """Whether ``run`` recorded the train-split losses of the initialised and trained models (Fig. 5) in
+    every evaluated round (``record_train_loss``): a ``needs=`` for :func:`get_or_run`."""
+    r = run.rounds.dropna(subset=["acc"])
+    return len(r) > 0 and bool(r["init_loss"].notna().all() and r["trained_loss"].notna().all())
+
+
+def holds_recording(cfg: RunConfig) -> Callable[[Run], bool]:
+    """A ``needs=`` for :func:`get_or_run`: whether a stored run holds what ``cfg`` records besides its result,
+    its train-split losses (``record_train_loss``) and its snapshot clients' models from ``snapshot_from``."""
+    snap = cfg.clients_to("snapshot_clients", cfg.data.num_clients)
+
+    def check(run: Run) -> bool:
+        if cfg.record_train_loss and not has_train_loss(run):
+            return False
+        return all(_has_snapshots(run, c, cfg.snapshot_from) for c in snap)
+
+    return check
 
 
 def fig4_runs(base_cfg: RunConfig, *, K: int, window: tuple[int, int], client: int, store=None,

@@ -17,7 +17,7 @@ def describe_configs(cfgs: list[RunConfig], base: RunConfig, base_name: str) -> 
     def flat(cfg):
         d = cfg.to_dict()
         data = d.pop("data")
-        out = {k: v for k, v in d.items() if k not in ("device", "checkpoint_every")}
+        out = {k: v for k, v in d.items() if k not in ("device", "checkpoint_every", "keep_states")}
         # data fields by their replace() names (the partition seed is data_seed, apart from the run seed)
         out.update({("data_seed" if k == "seed" else k): v for k, v in data.items() if k not in ("root", "download")})
         return out
@@ -47,7 +47,8 @@ def render_readme(index: dict, order: list[str] | None = None) -> str:
         "",
         "Regenerated from recorded runs by `fedala-lab figures` (`fedala_lab/reproduce/paper.py` maps each",
         "paper figure or table to its runs and its Display). Every number below is read off the runs. Runs",
-        "come from the run store (`$FEDALA_LAB_RUNS` or `./runs`): a second call only redraws.",
+        "come from the run store (`$FEDALA_LAB_RUNS` or `./runs`): a second call only redraws. A run that",
+        "equals a stored one through some round starts from that run's kept state (docs/design.md#run-store).",
         "",
         f"Preset: `{index.get('preset')}`. Machine: {env.get('platform', '?')}, {env.get('cpus', '?')} CPUs"
         + (f", GPU {env['cuda']}" if env.get("cuda") else ", no GPU")
@@ -80,6 +81,9 @@ def render_readme(index: dict, order: list[str] | None = None) -> str:
                   f"- command: `{f['only_command']}` (made by `{f['command']}`, preset `{f['preset']}`)",
                   f"- configs: `{f['configs']}`",
                   f"- time: {f['seconds']:.1f} s, {f['runs_computed']} of {f['runs_total']} runs computed"]
+        if f.get("runs_branched"):
+            lines.append("- started from a stored run's kept state instead of round 1: "
+                         + "; ".join(f"`{b}`" for b in f["runs_branched"]))
         for x in f["findings"]:
             lines.append(f"- {x}")
         lines.append("")

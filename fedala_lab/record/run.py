@@ -140,9 +140,13 @@ class Run:
 
     # -- persistence -------------------------------------------------------------------------------
 
-    def save(self, directory: str | Path) -> Path:
-        """Write the run into ``directory`` (which must exist and be empty); ``manifest.json`` goes last and
-        records every file's size and SHA-256, so a damaged folder is never read as a finished run."""
+    def save(self, directory: str | Path, *, states: dict[int, str] | None = None) -> Path:
+        """Write the run into ``directory`` (which must exist and be empty but for ``states``); ``manifest.json``
+        goes last and records every file's size and SHA-256, so a damaged folder is never read as a finished run.
+
+        ``states``: {round: file name in ``directory``} of engine states kept with the run (branch points, see
+        record/store.py), listed in the manifest under "states" with their sizes and hashes. They are optional
+        extras: loading the run neither needs nor checks them; whoever reads one checks it."""
         d = Path(directory)
         (d / "config.json").write_text(json.dumps(self.config.to_dict(), indent=2, sort_keys=True))
         self.clients.to_csv(d / "clients.csv", index=False)
@@ -161,6 +165,9 @@ class Run:
             "files": {n: {"bytes": (d / n).stat().st_size, "sha256": _sha256(d / n)} for n in names},
             "tables": tables,
         }
+        if states:
+            manifest["states"] = {str(t): {"file": f, "bytes": (d / f).stat().st_size, "sha256": _sha256(d / f)}
+                                  for t, f in sorted(states.items())}
         (d / "manifest.json").write_text(json.dumps(json_safe(manifest), indent=2, default=str))
         return d
 
@@ -257,6 +264,11 @@ def check_files(d: Path, manifest: dict, *, hashes: bool) -> str:
         if hashes and "sha256" in rec and _sha256(f) != rec["sha256"]:
             return f"{name} does not match its recorded SHA-256 (changed or corrupt)"
     return ""
+
+
+def sha256(path: Path) -> str:
+    """The SHA-256 of a file, in hex."""
+    return _sha256(path)
 
 
 def _sha256(path: Path) -> str:

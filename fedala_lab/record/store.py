@@ -2,8 +2,11 @@
 
     runs/
       fedala-digits-dir0.1-n20-r50-s0-3f9c2a1b7d40/   config.json, clients.csv, rounds.csv, ala.csv,
-                                                      arrays.npz, meta.json, manifest.json (written last)
+                                                      arrays.npz, meta.json, state.pt (the last round's engine
+                                                      state), state-r<t>.pt (kept earlier rounds),
+                                                      manifest.json (written last)
       .checkpoints/<name>.pt                          resumable state of unfinished runs
+      .checkpoints/<name>.state-r<t>.pt               earlier rounds' states of an unfinished run, kept for it
       .locks/<name>.lock                              one writer per config at a time
 
 A run is written into a temporary folder and renamed into place, so a half-written folder is never taken
@@ -15,6 +18,12 @@ Temporary folders left by writers that died are swept on the next write. Two pro
 same config serialise on a lock file (:meth:`RunStore.lock`): the second waits and then loads the first
 one's run. A killed run leaves its last checkpoint; asking for the same config again resumes from it,
 giving the same result as an uninterrupted run.
+
+Kept states. With a finished run the store keeps the engine state (models, buffers, the algorithm's state:
+the checkpoint format without the records, which the run's tables hold) of its last round and of the rounds
+its config's ``keep_states`` names, listed in the manifest with their sizes and hashes. A later run that
+equals this one through such a round starts there instead of from round 1 (experiments/prefix.py says
+which runs may). A state is an optional extra: a missing or damaged one only means no branching from it.
 
 The store keeps runs; it never makes them: :func:`fedala_lab.experiments.runs.get_or_run` simulates
 what the store lacks (docs/design.md#run-store).
@@ -37,7 +46,7 @@ import pandas as pd
 
 from ..config import RunConfig
 from ..errors import DataError, TrainingDiverged
-from .run import Run, check_files, read_manifest
+from .run import Run, check_files, read_manifest, sha256
 
 # A temporary folder or file of a writer on another machine (a shared store) is swept only this old.
 STALE_SECONDS = 24 * 3600
@@ -77,6 +86,10 @@ class RunStore:
 
     def checkpoint_for(self, cfg: RunConfig) -> Path:
         return self.root / ".checkpoints" / f"{self.name_for(cfg)}.pt"
+
+    def kept_state_for(self, cfg: RunConfig, t: int) -> Path:
+        """Where an unfinished run of ``cfg`` keeps its engine state of round ``t`` until the run is saved."""
+        return self.root / ".checkpoints" / f"{self.name_for(cfg)}.state-r{t}.pt"
 
     # -- reading -----------------------------------------------------------------------------------
 
@@ -131,6 +144,50 @@ class RunStore:
             warnings.warn(f"run folder {st.path} is damaged ({st.reason}); recomputing it", stacklevel=3)
         return self.find(cfg) if st.state == "complete" else None, st
 
+    def states(self, path: Path) -> dict[int, Path]:
+        """The engine states kept with the finished run in folder ``path``: {round: file} (unchecked)."""
+        try:
+            manifest = read_manifest(path)
+        except DataError:
+            return {}
+        states = manifest.get("states") or {}
+        return {int(t): path / rec["file"] for t, rec in states.items()
+                if isinstance(rec, dict) and _plain_name(rec.get("file"))}
+
+    def load_state(self, path: Path, t: int) -> dict:
+        """The engine state of round ``t`` kept with the run in folder ``path``, its size and SHA-256 checked
+        against the manifest, read with ``torch.load(weights_only=True)``. DataError when missing or damaged."""
+        import torch
+
+        rec = (read_manifest(path).get("states") or {}).get(str(t))
+        if not isinstance(rec, dict) or not _plain_name(rec.get("file")):
+            raise DataError(f"run folder {path} keeps no engine state of round {t}")
+        f = path / rec["file"]
+        if not f.is_file() or f.stat().st_size != rec.get("bytes") or sha256(f) != rec.get("sha256"):
+            raise DataError(f"the engine state {f} is missing or damaged (size or SHA-256 differs from the manifest)")
+        try:
+            return torch.load(f, map_location="cpu", weights_only=True)
+        except Exception as err:  # noqa: BLE001 - a torn file of any kind
+            raise DataError(f"the engine state {f} cannot be read: {type(err).__name__}: {err}") from None
+
+    def with_states(self):
+        """(folder, config, {round: state file}) of every finished run that keeps engine states: the runs a new
+        run may branch from. Unreadable folders are skipped."""
+        if not self.root.is_dir():
+            return
+        for d in sorted(self.root.iterdir()):
+            if d.name.startswith(".") or not (d / "manifest.json").is_file():
+                continue
+            try:
+                manifest = read_manifest(d)
+                if manifest.get("status", "complete") != "complete" or not manifest.get("states"):
+                    continue
+                cfg = RunConfig.from_dict(json.loads((d / "config.json").read_text()))
+            except (OSError, ValueError):
+                continue
+            if cfg.key() == manifest.get("key"):
+                yield d, cfg, self.states(d)
+
     def load(self, name: str) -> Run:
         """Load a run by folder name. Only folders directly inside the store can be reached."""
         if not name or "/" in name or "\\" in name or name.startswith(".") or name in ("..", "."):
@@ -172,9 +229,13 @@ class RunStore:
 
     # -- writing -----------------------------------------------------------------------------------
 
-    def save(self, run: Run, *, replace: bool = False) -> Path:
+    def save(self, run: Run, *, replace: bool = False, states: dict | None = None) -> Path:
         """Write ``run`` atomically (temporary folder, then rename). An existing finished run wins, unless
-        ``replace`` (then it is removed first); a damaged or unfinished folder is always replaced."""
+        ``replace`` (then it is removed first); a damaged or unfinished folder is always replaced.
+
+        ``states``: {round: engine state} kept with the run as branch points, each a state dict (written
+        with ``torch.save``) or the path of a file holding one (hard-linked, else copied); the last round's
+        is ``state.pt``, the others ``state-r<t>.pt``. They are written before the manifest, which lists them."""
         final = self.dir_for(run.config)
         with _writing(self.root):
             self.root.mkdir(parents=True, exist_ok=True)
@@ -182,7 +243,12 @@ class RunStore:
             tmp = self.root / f".tmp-{final.name}.{_HOST}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
             tmp.mkdir()
             try:
-                run.save(tmp)
+                names = {}
+                last = max(states or {}, default=None)
+                for t, src in sorted((states or {}).items()):
+                    names[t] = "state.pt" if t == last else f"state-r{t}.pt"
+                    _place(src, tmp / names[t])
+                run.save(tmp, states=names)
                 if replace or (final.exists() and self.status(run.config).state != "complete"):
                     shutil.rmtree(final, ignore_errors=True)
                 try:
@@ -232,6 +298,24 @@ class RunStore:
             except ImportError:  # Windows: the atomic rename still keeps runs whole
                 pass
             yield
+
+
+def _place(src, dest: Path) -> None:
+    """A state dict written to ``dest``, or the file ``src`` hard-linked there (copied across devices)."""
+    if isinstance(src, dict):
+        import torch
+
+        torch.save(src, dest)
+        return
+    try:
+        os.link(src, dest)
+    except OSError:
+        shutil.copyfile(src, dest)
+
+
+def _plain_name(name) -> bool:
+    """A file name inside the folder itself (a manifest names no path elsewhere)."""
+    return isinstance(name, str) and bool(name) and "/" not in name and "\\" not in name and not name.startswith(".")
 
 
 def open_store(store: RunStore | str | Path | None = None) -> RunStore:

@@ -1,6 +1,7 @@
 """The figure driver, ``fedala-lab figures``: plan → runs → analysis → Displays → files, and their index.
 
     fedala-lab figures                                   # quick preset: digits, a few minutes on a laptop CPU
+    fedala-lab figures --preset mnist                    # the shared MNIST data, ≤ 1 hour of a CPU → figures/mnist/
     fedala-lab figures --preset paper                    # GPU scale, the shared MNIST data → figures/paper/
     fedala-lab figures --only fig4,table2 --no-progress
 
@@ -10,6 +11,10 @@ runs are the plan's (:func:`~fedala_lab.experiments.plans.build_plan`); the outp
 PDF) files, Markdown/LaTeX/CSV versions of the tables, an ``index.json`` and a ``README.md`` that says for
 every file which paper figure or table it reproduces, the command and configs that made it, how long it
 took and what it shows (numbers read off the runs, never typed in).
+
+Progress: one bar over the rounds the call simulates (estimated up front from the store and the runs the
+figures will branch from, docs/design.md#run-store), and one per run being simulated. Interrupted, a second
+call continues: finished runs and figures are kept, the run in progress resumes from its checkpoint.
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ from pathlib import Path
 from ..config import RunConfig
 from ..errors import ConfigError
 from ..experiments.plans import Plan, build_plan
+from ..experiments.prefix import rounds_to_compute
 from ..experiments.presets import preset
 from ..experiments.runs import RunCache
 from ..figures.index import describe_configs, render_readme
-from .paper import FIGURES, Context, FigureSpec
+from .paper import FIGURES, Context, FigureSpec, planned_configs
 
 
 def run_figures(preset_name: str = "quick", *, only: Iterable[str] | None = None, out: str | Path | None = None,
@@ -40,16 +46,27 @@ def run_figures(preset_name: str = "quick", *, only: Iterable[str] | None = None
     Returns the index entries written ({key: entry}). ``out/index.json`` keeps every figure's entry, so
     ``--only`` refreshes some without losing the others; ``out/README.md`` is rebuilt from it.
     """
-    keys = list(FIGURES) if not only else list(dict.fromkeys(only))
-    bad = [k for k in keys if k not in FIGURES]
-    if bad:
-        raise ConfigError("only", ",".join(bad), "figure names among " + ", ".join(FIGURES))
     plan = build_plan(preset_name, rounds=rounds, seeds=seeds, fig4=fig4, device=device)
+    made = list(plan.figures or FIGURES)
+    keys = made if not only else list(dict.fromkeys(only))
+    bad = [k for k in keys if k not in made]
+    if bad:
+        raise ConfigError("only", ",".join(bad), f"figure names among {', '.join(made)} (preset {preset_name})")
     out = Path(out if out is not None else default_out(preset_name))
     out.mkdir(parents=True, exist_ok=True)
-    ctx = Context(plan, RunCache(store), out, progress=progress, formats=tuple(formats), dpi=dpi)
-    command = command or _command(preset_name, keys, out, rounds, seeds, fig4)
     from tqdm.auto import tqdm
+
+    cache = RunCache(store)
+    total = rounds_to_compute(planned_configs(plan, keys), cache.store)
+    overall = tqdm(total=total, desc="rounds to simulate", unit="round", disable=not progress, dynamic_ncols=True)
+
+    def one_round(n):
+        overall.total = max(overall.total, overall.n + n)
+        overall.update(n)
+
+    cache.on_round = one_round
+    ctx = Context(plan, cache, out, progress=progress, formats=tuple(formats), dpi=dpi)
+    command = command or _command(preset_name, keys, out, rounds, seeds, fig4)
 
     if echo is None:
         def echo(line):  # through tqdm, so the line does not tear the progress bars
@@ -61,17 +78,21 @@ def run_figures(preset_name: str = "quick", *, only: Iterable[str] | None = None
     entries = {}
     from ..engine.simulate import cpu_threads  # here: the engine loads torch
 
-    with cpu_threads(1 if plan.name == "quick" else None):
-        for key in tqdm(keys, desc="figures", unit="figure", disable=not progress, leave=False):
-            entry = _make_one(FIGURES[key], ctx, command=command,
-                              only_command=_command(preset_name, [key], out, rounds, seeds, fig4))
-            entries[key] = index["figures"][key] = entry
-            # the index is rewritten after every figure, so an interrupted call keeps what it made
-            index["environment"] = _environment()
-            (out / "index.json").write_text(json.dumps(index, indent=2, ensure_ascii=False, default=str))
-            (out / "README.md").write_text(render_readme(index, order=list(FIGURES)))
-            echo(f"{key:<14} {entry['seconds']:7.1f} s  ({entry['runs_computed']} runs computed, "
-                 f"{entry['runs_total'] - entry['runs_computed']} from the store)  " + ", ".join(entry["files"]))
+    try:
+        with cpu_threads(1 if plan.name == "quick" else None):
+            for key in keys:
+                overall.set_description(f"{key}: rounds to simulate")
+                entry = _make_one(FIGURES[key], ctx, command=command,
+                                  only_command=_command(preset_name, [key], out, rounds, seeds, fig4))
+                entries[key] = index["figures"][key] = entry
+                # the index is rewritten after every figure, so an interrupted call keeps what it made
+                index["environment"] = _environment()
+                (out / "index.json").write_text(json.dumps(index, indent=2, ensure_ascii=False, default=str))
+                (out / "README.md").write_text(render_readme(index, order=made))
+                echo(f"{key:<14} {entry['seconds']:7.1f} s  ({entry['runs_computed']} runs computed, "
+                     f"{entry['runs_total'] - entry['runs_computed']} from the store)  " + ", ".join(entry["files"]))
+    finally:
+        overall.close()
     return entries
 
 
@@ -83,13 +104,15 @@ def _make_one(spec: FigureSpec, ctx: Context, *, command: str, only_command: str
     seconds = time.perf_counter() - tic
     runs = list({id(r): r for r in ctx.store.used}.values())  # a run handed out twice counts once
     plan = ctx.plan
+    branched = [f"{r.path.name if r.path else r.config.slug()} from round {r.meta['branched_from']['round']} of "
+                f"{r.meta['branched_from']['run']}" for r in runs if r.meta.get("branched_from")]
     return {
         "key": spec.key, "paper": spec.paper, "title": spec.title, "preset": plan.name,
         "files": sorted({str(Path(f).relative_to(ctx.out)) for f in files}),
         "command": command, "only_command": only_command,
         "configs": describe_configs([r.config for r in runs], _base_of(plan), plan.base_name) if runs else "—",
         "runs": [r.path.name if r.path else r.config.slug() for r in runs],
-        "runs_computed": ctx.store.computed, "runs_total": len(runs),
+        "runs_computed": ctx.store.computed, "runs_total": len(runs), "runs_branched": branched,
         "seconds": round(seconds, 1), "findings": findings,
     }
 
@@ -104,17 +127,27 @@ def describe_plan(plan: Plan) -> list[str]:
 
     lines = [cfg_line("practical setting", plan.practical), cfg_line("pathological setting", plan.pathological)]
     f = plan.fig4
-    lines += [(f"seeds: {list(plan.seeds)} for tables, {list(plan.ablation_seeds)} for ablations; "
-              f"s ∈ {list(plan.s_values)}, p ∈ {list(plan.p_values)}"),
-              (f"Fig. 4: {f['setting']} setting, K = {f['K']}, rounds {f['window'][0]}–{f['window'][1]}, client "
-              f"{f['client']}, grid {f['grid']}×{f['grid']}, {f['num_samples']} samples; Fig. 5: "
-              f"{plan.fig5_rounds} rounds")]
+    horizon = f" over {plan.ablation_rounds} rounds" if plan.ablation_rounds else ""
+    lines.append(f"seeds: {list(plan.seeds)} for tables, {list(plan.ablation_seeds)} for ablations; "
+                 f"s ∈ {list(plan.s_values)}, p ∈ {list(plan.p_values)}{horizon}")
+    if "search" in f and f["K"] == "auto":
+        x, y = f["plateau"]["points"], f["plateau"]["rounds"]
+        lines.append(f"Fig. 4: {f['setting']} setting, K read off the tables' FedAvg run: the first round in "
+                     f"{f['search'][0]}–{f['search'][1]} after which its best accuracy rises by less than {x:g} "
+                     f"points over {y} rounds (else the last); rounds K − {f['before']} to K + {f['after']}, client "
+                     f"{f['client']}, grid {f['grid']}×{f['grid']}, {f['num_samples']} samples; FedALA branched "
+                     f"from the FedAvg run's state at K")
+    else:
+        first, last = f["window"] if "window" in f else (f["K"] - f["before"], f["K"] + f["after"])
+        lines.append(f"Fig. 4: {f['setting']} setting, K = {f['K']}, rounds {first}–{last}, client "
+                     f"{f['client']}, grid {f['grid']}×{f['grid']}, {f['num_samples']} samples")
+    lines.append(f"Fig. 5: {plan.fig5_rounds} rounds")
     return lines
 
 
 def default_out(preset_name: str) -> str:
-    """figures/ for quick (committed), figures/paper/ for paper (a GPU run must not overwrite them)."""
-    return "figures" if preset_name == "quick" else "figures/paper"
+    """figures/ for quick (committed), figures/<preset>/ for the others (they must not overwrite them)."""
+    return "figures" if preset_name == "quick" else f"figures/{preset_name}"
 
 
 def _base_of(plan: Plan) -> RunConfig:

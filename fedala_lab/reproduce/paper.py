@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import RunConfig, algo_label
-from ..experiments.plans import Plan
-from ..experiments.runs import RunCache, fig4_runs, get_or_run
+from ..experiments.plans import Plan, fig4_configs
+from ..experiments.runs import RunCache, fig4_runs, get_or_run, has_train_loss, holds_recording
 from .fedlama import fedlama_figures
 
 
@@ -29,9 +29,15 @@ class Context:
     formats: tuple[str, ...] = ("png", "pdf")
     dpi: int = 100
 
-    def run(self, cfg: RunConfig):
-        """The run of ``cfg`` from the store, or computed now."""
-        return get_or_run(cfg, self.store, progress=self.progress)
+    def run(self, cfg: RunConfig, needs=None):
+        """The run of ``cfg`` from the store, or computed now (from a stored run it extends or branches from,
+        docs/design.md#run-store). It records what the plan wants recorded of it (:meth:`Plan.recorded`), so
+        the first figure to need a run computes what every figure reads; a stored run lacking that, or
+        failing ``needs`` (as in :func:`get_or_run`), is recomputed."""
+        cfg = self.plan.recorded(cfg)
+        have = holds_recording(cfg)
+        check = have if needs is None else (lambda run: have(run) and needs(run))
+        return get_or_run(cfg, self.store, progress=self.progress, needs=check)
 
     def save(self, disp, stem: str) -> list[Path]:
         """Write ``disp``'s figure as out/stem.<format>. PDFs carry no creation date, so files change only
@@ -56,10 +62,47 @@ class FigureSpec:
     paper: str  # which figure/table of the paper it reproduces
     title: str
     make: Callable[[Context], tuple[list[Path], list[str]]]  # -> files, findings
+    # the configs of the runs it needs, in the order it asks for them (an estimate where they depend on runs,
+    # as Fig. 4's K on the mnist plan): the overall progress bar's rounds
+    planned: Callable[[Plan], list[RunConfig]] = lambda plan: []
 
 
 def _table_runs(ctx: Context, setting: str, algos: tuple[str, ...] | None = None, seeds=None):
     return [ctx.run(cfg) for cfg in ctx.plan.table(setting, algos, seeds).configs()]
+
+
+def _fig2_cfg(plan: Plan) -> RunConfig:
+    return plan.practical.replace(algo="fedala", p=plan.fig2["p"], seed=plan.ablation_seeds[0])
+
+
+def _fig3_cfgs(plan: Plan) -> list[RunConfig]:
+    return [plan.setting(s).replace(algo="fedala", seed=plan.seeds[0]) for s in plan.settings]
+
+
+def _fig5_cfgs(plan: Plan) -> list[RunConfig]:
+    # the train-split losses are recording only (not in the key): a stored run without them is recomputed
+    cfg = plan.practical.replace(rounds=plan.fig5_rounds, seed=plan.seeds[0], record_train_loss=True)
+    return [cfg.replace(algo=a) for a in ("fedavg", "fedala")]
+
+
+def _fig4_from_fedavg(plan: Plan, K: int) -> tuple[RunConfig, RunConfig, RunConfig]:
+    """Fig. 4 grown out of the pathological FedAvg run of the tables (mnist plan): (that run, FedAvg through
+    the window's last round: the same run or its extension, FedALA with ALA from round K + 1). The FedAvg run
+    records the client's snapshots and keeps the states K may need (Plan.recorded); FedALA starts from its
+    state at K (or the kept round before) and records the client from the window's first round."""
+    f = plan.fig4
+    table = plan.recorded(plan.setting(f["setting"]).replace(algo="fedavg", seed=plan.seeds[0]))
+    first, last = K - f["before"], K + f["after"]
+    fedavg = table.replace(rounds=max(table.rounds, last))
+    fedala = table.replace(algo="fedala", ala_after=K, rounds=last, snapshot_from=first, keep_states="last")
+    return table, fedavg, fedala
+
+
+def _fig4_planned(plan: Plan) -> list[RunConfig]:
+    f = plan.fig4
+    if "search" in f:  # K comes from a run: estimated by the last round the search may give
+        return list(_fig4_from_fedavg(plan, f["search"][1] if f["K"] == "auto" else f["K"]))
+    return list(fig4_configs(plan.setting(f["setting"]), K=f["K"], window=f["window"], client=f["client"]))
 
 
 def make_data(ctx: Context):
@@ -90,8 +133,8 @@ def make_fig2(ctx: Context):
 
     from ..figures.ala import ALAWeightsDisplay
 
-    p, client = ctx.plan.fig2["p"], ctx.plan.fig2["client"]
-    run = ctx.run(ctx.plan.practical.replace(algo="fedala", p=p, seed=ctx.plan.ablation_seeds[0]))
+    client = ctx.plan.fig2["client"]
+    run = ctx.run(_fig2_cfg(ctx.plan))
     first, last = ctx.plan.fig2["rounds"]
     last = last or int(run.rounds["round"].max())
     fig = Figure(figsize=(9.5, 6.6), layout="constrained")
@@ -123,8 +166,7 @@ def make_fig3(ctx: Context):
     axes = fig.subplots(1, len(settings), squeeze=False)[0]
     findings = []
     client = ctx.plan.fig3_client
-    for ax, s in zip(axes, settings):
-        cfg = ctx.plan.setting(s).replace(algo="fedala", seed=ctx.plan.seeds[0])
+    for ax, cfg in zip(axes, _fig3_cfgs(ctx.plan)):
         run = ctx.run(cfg)
         d = ALALossDisplay.from_run(run, client, ax=ax, title=f"{setting_label(cfg)}: client {client}")
         c = d.curve_
@@ -136,14 +178,55 @@ def make_fig3(ctx: Context):
 
 
 def make_fig4(ctx: Context):
+    f = ctx.plan.fig4
+    if "search" in f:
+        return _fig4_grown(ctx)
+    cfg = ctx.plan.setting(f["setting"])
+    fa, fl = fig4_runs(cfg, K=f["K"], window=f["window"], client=f["client"], store=ctx.store,
+                       progress=ctx.progress)
+    return _fig4_draw(ctx, fa, fl, K=f["K"], window=f["window"])
+
+
+def _fig4_grown(ctx: Context):
+    """Fig. 4 of the mnist plan: K read off the pathological FedAvg run's curve, FedALA branched from it."""
+    from ..analysis.curves import plateau_round
+
+    f, plan = ctx.plan.fig4, ctx.plan
+    table = ctx.run(_fig4_from_fedavg(plan, 1)[0])
+    if f["K"] == "auto":
+        pl = plateau_round(table, points=f["plateau"]["points"], rounds=f["plateau"]["rounds"], search=f["search"])
+        K, (lo, hi), y, x = pl["K"], pl["search"], pl["rounds"], pl["points"]
+        how = (f"K = {K}, chosen from the recorded curve of the pathological FedAvg run (the tables' run, seed "
+               f"{plan.seeds[0]}, {table.config.rounds} rounds): the first round in {lo}–{hi} after which FedAvg's "
+               f"best accuracy rose by less than {x:g} points over the next {y} rounds "
+               f"({pl['best_at_K']:.2f} % at round {K}, {pl['best_after']:.2f} % at round {K + y})"
+               if pl["found"] else
+               f"K = {K}: no round in {lo}–{hi} of the pathological FedAvg run (the tables' run, seed "
+               f"{plan.seeds[0]}) was followed by less than {x:g} points of best-accuracy gain over {y} rounds "
+               f"(FedAvg had not plateaued: {pl['best_at_K']:.2f} % at round {K}, {pl['best_after']:.2f} % at "
+               f"round {K + y}); K is the last round the rule could test")
+    else:
+        K, how = f["K"], f"K = {f['K']}, fixed (--fig4)"
+    _, fa_cfg, fl_cfg = _fig4_from_fedavg(plan, K)
+    fa, fl = ctx.run(fa_cfg), ctx.run(fl_cfg)
+    window = (fl_cfg.snapshot_from, fl_cfg.rounds)
+    br = fl.meta.get("branched_from")
+    grown = [how, (f"window: rounds {window[0]}–{window[1]} ({f['before']} before K, {f['after']} after); client "
+                   f"{f['client']} ({fl.meta['train_sizes'][f['client']]:,} train samples, the paper's Fig. 4 client)"),
+             (f"the FedALA run (ALA from round {K + 1}) started from the FedAvg run's engine state at round "
+              f"{br['round']} ({br['run']}) and computed rounds {br['round'] + 1}–{window[1]}" if br else
+              "the FedALA run was computed from round 1 (no stored run it could branch from)")]
+    files, findings = _fig4_draw(ctx, fa, fl, K=K, window=window)
+    return files, grown + findings[1:]
+
+
+def _fig4_draw(ctx: Context, fa, fl, *, K: int, window: tuple[int, int]):
     from ..engine.simulate import resolve_device
     from ..figures.trajectory import TrajectoryDisplay
 
     f = ctx.plan.fig4
     cfg = ctx.plan.setting(f["setting"])
-    fa, fl = fig4_runs(cfg, K=f["K"], window=f["window"], client=f["client"], store=ctx.store,
-                       progress=ctx.progress)
-    d = TrajectoryDisplay.from_runs(fa, fl, f["client"], grid=f["grid"], rounds=f["window"],
+    d = TrajectoryDisplay.from_runs(fa, fl, f["client"], grid=f["grid"], rounds=window,
                                     num_samples=f["num_samples"], device=resolve_device(cfg.device),
                                     progress=ctx.progress)
     summ = d.landscape_.summary().set_index("label")
@@ -151,7 +234,7 @@ def make_fig4(ctx: Context):
     verdict = "lower" if b.final_end_loss < a.final_end_loss else "NOT lower"
     ev = d.landscape_.explained_variance
     findings = [
-        (f"K = {f['K']} (ALA on from round {f['K'] + 1}), rounds {f['window'][0]}–{f['window'][1]}, client "
+        (f"K = {K} (ALA on from round {K + 1}), rounds {window[0]}–{window[1]}, client "
          f"{f['client']}, loss on {d.landscape_.num_samples} train samples, grid {f['grid']}×{f['grid']} "
          f"({d.landscape_.seconds:.1f} s)"),
         (f"FedALA's trajectory ends at {verdict} local loss than FedAvg's: last trained model "
@@ -168,28 +251,84 @@ def make_fig4(ctx: Context):
 def make_fig5(ctx: Context):
     from ..figures.convergence import ConvergenceDisplay
 
-    cfg = ctx.plan.practical.replace(rounds=ctx.plan.fig5_rounds, seed=ctx.plan.seeds[0])
-    runs = [ctx.run(cfg.replace(algo=a)) for a in ("fedavg", "fedala")]
-    d = ConvergenceDisplay.from_runs(runs)
+    runs = [ctx.run(cfg, needs=has_train_loss) for cfg in _fig5_cfgs(ctx.plan)]
+    d = ConvergenceDisplay.from_runs(runs, per_client=True)
     findings = []
     for r in d.gap_.itertuples():
         meet = f"within 10 % of each other from round {int(r.meet_round)} on" if r.meet_round == r.meet_round \
             else "not within 10 % of each other by the last round"
         findings.append(f"{r.label}: final initialised {r.final_init_loss:.4f} vs trained {r.final_trained_loss:.4f}; "
                         f"{meet}")
-    return ctx.save(d, "fig5_convergence"), findings
+    return ctx.save(d, "fig5_convergence"), findings + _fig5_clients(d, runs)
+
+
+DOMINANT = 0.5  # a client with this share of the weighted curve's round-to-round variance decides its shape
+
+
+def _fig5_clients(d, runs) -> list[str]:
+    """Findings of the per-client view: for each run the client that moves the weighted trained-loss curve
+    most, its share, how jagged the curve is; and, where one client dominates an ALA run, why (the numbers
+    read off the run and its data; docs/design.md#federated-loop)."""
+    import numpy as np
+
+    from ..data.federated import FederatedData
+
+    out = []
+    tops = d.top_.drop_duplicates("label") if d.top_ is not None and len(d.top_) else None
+    for run, (label, df) in zip(runs, d.frame_.groupby("label", sort=False)):
+        if tops is None or label not in set(tops["label"]):
+            out.append(f"{label}, per client: too few evaluated rounds ({len(df)}) for the clients' shares of the "
+                       "curve's round-to-round variance")
+            continue
+        t = tops[tops["label"] == label].iloc[0]
+        c, share, n = int(t["client"]), float(t["share"]), int(t["train_size"])
+        loss = df["trained_loss"].to_numpy()
+        step = np.abs(np.diff(np.log10(np.maximum(loss, 1e-300))))
+        jumps = df["round"].to_numpy()[1:][step > np.log10(2)]
+        jag = (f"{len(jumps)} round-to-round changes larger than ×2 (rounds {jumps.min()}–{jumps.max()})"
+               if len(jumps) else "no round-to-round change larger than ×2")
+        out.append(f"{label}, per client: the weighted trained-loss curve shows {jag}; client {c} ({n:,} train "
+                   f"samples, {100 * t['weight']:.1f} % of the weight) accounts for {100 * share:.1f} % of the "
+                   f"variance of its round-to-round changes over rounds {int(t['first'])}–{int(t['last'])}"
+                   + (" and decides its shape" if share >= DOMINANT else "; no single client dominates"))
+        if share < DOMINANT or not run.config.uses_ala:
+            continue
+        counts = FederatedData.from_config(run.config.data).label_counts()
+        mine = counts[(counts["client"] == c) & (counts["split"] == "train")].sort_values("count", ascending=False)
+        top_label, top_n = int(mine["label"].iloc[0]), int(mine["count"].iloc[0])
+        cfg = run.config
+        steps = (n // cfg.batch_size if cfg.drop_last else -(-n // cfg.batch_size)) * cfg.local_epochs
+        lo, hi = (int(jumps.min()), int(jumps.max())) if len(jumps) else (int(t["first"]), int(t["last"]))
+        span = run.clients[(run.clients["round"] >= lo) & (run.clients["round"] <= hi)].dropna(subset=["trained_loss"])
+        own, others = span[span["client"] == c], span[span["client"] != c]
+        out.append(
+            f"Why {label}'s curve is jagged: client {c} holds {n} train samples, {top_n} of them {top_label}s; in "
+            f"rounds {lo}–{hi} its trained loss ranges {own['trained_loss'].min():.3g}–"
+            f"{own['trained_loss'].max():.3g} while every other client stays below "
+            f"{others['trained_loss'].max():.3g}. With "
+            f"lr {run.config.lr:g} and {'reshuffled' if run.config.shuffle else 'a fixed'} batch order its {steps} "
+            f"local SGD steps a round sometimes overshoot into predicting {top_label} for everything; ALA starts each round "
+            f"partly from the client's own previous model, so a collapsed round is followed by a good one and "
+            f"vice versa, a cycle its {100 * t['weight']:.1f} % weight turns into swings of the weighted mean. "
+            "FedAvg restarts every client from the global model. The median and interquartile band (right) are "
+            "smooth: the swings are this one client's, not FedALA's as a whole.")
+    return out
 
 
 def make_table2(ctx: Context):
     from ..figures.tables import AccuracyTable
 
     runs = [r for s in ctx.plan.settings for r in _table_runs(ctx, s)]
-    t = AccuracyTable.from_runs(runs, title="Test accuracy (%) — Tables 2/7 layout")
+    title = "Test accuracy (%) — Tables 2/7 layout"
+    if ctx.plan.shortened:
+        title += f" — shortened: {runs[0].config.rounds} rounds (paper: 2,000)"
+    t = AccuracyTable.from_runs(runs, title=title)
     files = ctx.save(t, "table2_accuracy")
     files += [ctx.write("table2_accuracy.md", t.to_markdown()), ctx.write("table2_accuracy.tex", t.to_latex()),
               _csv(t.stats_, ctx.out / "table2_accuracy.csv")]
     st = t.stats_
-    findings = []
+    findings = [(f"shortened horizon: {runs[0].config.rounds} rounds, {len(ctx.plan.seeds)} seed(s) (paper: 2,000 "
+                "rounds, 5 seeds); best = the best evaluated round, final = the last")] if ctx.plan.shortened else []
     for setting, df in st.groupby("setting", sort=False):
         top = df.sort_values("best_mean", ascending=False).iloc[0]
         findings.append(f"{setting}: highest best-round accuracy {top['row']} {top['best_mean']:.2f} %; "
@@ -278,25 +417,44 @@ def _csv(df, path: Path) -> Path:
     return path
 
 
+def _tables_planned(plan: Plan, algos=None, seeds=None) -> list[RunConfig]:
+    return [c for s in plan.settings for c in plan.table(s, algos, seeds).configs()]
+
+
+def _fedlama_planned(plan: Plan) -> list[RunConfig]:
+    from ..experiments.plans import comparison_configs, fedlama_base
+
+    scale, overrides = plan.fedlama
+    return list(comparison_configs(fedlama_base(scale, overrides or None), with_ala=True).values())
+
+
 FIGURES: dict[str, FigureSpec] = {s.key: s for s in [
     FigureSpec("table2", "Tables 2 and 7", "accuracy of FedAvg, FedProx, FedAvg-C and FedALA, mean ± std over "
-               "seeds, best and final round", make_table2),
+               "seeds, best and final round", make_table2, _tables_planned),
     FigureSpec("fig2", "Fig. 2", "learned ALA weights W per layer (lighter = larger), after the start phase "
-               "and in the last round", make_fig2),
+               "and in the last round", make_fig2, lambda plan: [_fig2_cfg(plan)]),
     FigureSpec("fig3", "Fig. 3", "ALA loss against weight-learning epochs: start phase, then one epoch per "
-               "round", make_fig3),
+               "round", make_fig3, _fig3_cfgs),
     FigureSpec("fig4", "Fig. 4", "local trajectory of one client on its loss surface (PCA plane), FedAvg "
-               "black vs FedALA blue, ALA switched on after K rounds", make_fig4),
-    FigureSpec("fig5", "Fig. 5", "global objective of the initialised vs the trained local models per round",
-               make_fig5),
+               "black vs FedALA blue, ALA switched on after K rounds", make_fig4, _fig4_planned),
+    FigureSpec("fig5", "Fig. 5", "global objective of the initialised vs the trained local models per round "
+               "(left); per client: median, interquartile band and the client that moves the mean most (right)",
+               make_fig5, _fig5_cfgs),
     FigureSpec("table1", "Table 1 (s)", "accuracy and ALA cost against s (% of local data used to learn W)",
-               make_table1),
-    FigureSpec("table6", "Tables 1 (p) and 6", "accuracy and number of ALA weights against p", make_table6),
+               make_table1, lambda plan: plan.ablation("s").configs()),
+    FigureSpec("table6", "Tables 1 (p) and 6", "accuracy and number of ALA weights against p", make_table6,
+               lambda plan: plan.ablation("p").configs()),
     FigureSpec("applicability", "Applicability of ALA (Cifar100 in the paper)", "accuracy gain when ALA is "
-               "added to FedAvg and FedProx", make_applicability),
+               "added to FedAvg and FedProx", make_applicability,
+               lambda plan: plan.table("practical", ("fedavg", "fedala", "fedprox", "fedprox+ala")).configs()),
     FigureSpec("data", "Figs. 6–9", "samples per client and label (bubble plots)", make_data),
     FigureSpec("fedlama", "FedLAMA Fig. 1 and Tables 1–4", "layer-wise aggregation intervals: δ_l vs 1 − λ_l, "
-               "accuracy vs communication (also with ALA), interval timeline", make_fedlama),
+               "accuracy vs communication (also with ALA), interval timeline", make_fedlama, _fedlama_planned),
     FigureSpec("curves", "— (supplementary)", "test accuracy per round of the table's methods (seed 0)",
-               make_curves),
+               make_curves, lambda plan: _tables_planned(plan, seeds=plan.seeds[:1])),
 ]}
+
+
+def planned_configs(plan: Plan, keys) -> list[RunConfig]:
+    """The configs the figures ``keys`` ask for, in order, as they ask for them (with the plan's recording)."""
+    return [plan.recorded(c) for k in keys for c in FIGURES[k].planned(plan)]
