@@ -186,21 +186,21 @@ def test_no_worker_left_after_a_run_a_cancel_or_an_interrupt(data):
     assert len(seen[0]) == 2 and all(p == seen[0] for p in seen)  # started once, kept for every round
     assert gone(seen[0]) and sim.backend.pids == []
 
-    def cancel(sim, row):
-        note(sim, row)
+    def cancel():
         return False
 
-    with pytest.raises(RunCancelled):
-        Simulation(cfg, data, workers=2).run(progress=False, callback=cancel)
-    assert gone(seen[-1])
-
-    def interrupt(sim, row):
-        note(sim, row)
+    def interrupt():
         raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt):
-        Simulation(cfg, data, workers=2).run(progress=False, callback=interrupt)
-    assert gone(seen[-1])
+    for stop, error in ((cancel, RunCancelled), (interrupt, KeyboardInterrupt)):
+
+        def callback(sim, row, stop=stop):
+            note(sim, row)
+            return stop()
+
+        with pytest.raises(error):
+            Simulation(cfg, data, workers=2).run(progress=False, callback=callback)
+        assert gone(seen[-1])
 
 
 def test_a_failing_or_dying_worker_is_one_clear_error_and_leaves_no_process(data):

@@ -171,9 +171,9 @@ def _worker_main(conn) -> None:
             else:
                 _, i, rows, sizes = msg
                 trainer, x, y, slots, shared = session
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 losses = trainer.train_client(_slot(slots, i), shared, x, y, rows, sizes)
-                conn.send(("done", i, losses, time.perf_counter() - t0))
+                conn.send(("done", i, losses, time.perf_counter() - t0, time.process_time() - c0))
         except BaseException as err:  # noqa: BLE001 - every failure goes to the parent, which raises it
             _send_error(conn, err)
             return
@@ -261,10 +261,11 @@ class WorkerPool:
         self._exchange([(conn, msg) for conn in self._conns], expect="ready")
         self._session = token
 
-    def train(self, jobs: list[tuple[int, np.ndarray, np.ndarray]]) -> dict[int, tuple[np.ndarray, float]]:
-        """Train these (slot, rows, sizes) jobs, in the given order, on whichever worker is free."""
+    def train(self, jobs: list[tuple[int, np.ndarray, np.ndarray]]) -> dict[int, tuple]:
+        """Train these (slot, rows, sizes) jobs, in the given order, on whichever worker is free.
+        Returns {slot: (losses, wall seconds, CPU seconds, worker pid)}."""
         queue = deque(jobs)
-        results: dict[int, tuple[np.ndarray, float]] = {}
+        results: dict[int, tuple] = {}
 
         def feed(conn):
             if queue:
@@ -318,8 +319,8 @@ class WorkerPool:
                         raise WorkerError(f"unexpected answer {answer[0]!r} from a training worker")
                     del busy[conn]
                     if results is not None:
-                        _, i, losses, seconds = answer
-                        results[i] = (losses, seconds)
+                        _, i, losses, seconds, cpu = answer
+                        results[i] = (losses, seconds, cpu, procs[conn].pid)
                     nxt = refill(conn) if refill is not None else None
                     if nxt:
                         send(conn, nxt[1])
@@ -426,6 +427,9 @@ class WorkerBackend:
         self.workers = 1 if self.in_process else size
         self.capacity = max(1, capacity)
         self._loop = LoopBackend()
+        # per training call: wall seconds and each worker's CPU seconds (the busiest one is the critical
+        # path on an otherwise idle machine; benchmarks/round_time.py reports it)
+        self.calls: list[dict] = []
         self._session = None  # this run's data, slots and shared tensors in shared memory (``_ready``)
         self._trainer = None  # the in-process trainer
 
@@ -455,17 +459,20 @@ class WorkerBackend:
         rows = plan.rows.cpu().numpy()
         aux = np.full((a, k_max, aux_size), np.nan)
         seconds = np.zeros(a)
+        wall0 = time.perf_counter()
+        cpu: dict[int, float] = {}
         if self.in_process:
             out = tree_map(torch.Tensor.clone, carry)
             if self._trainer is None:
                 self._trainer = _Trainer(self.build, self.channels_last)
             for i in range(a):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 n = int(n_steps[i])
                 if n:
                     aux[i, :n, 0] = self._trainer.train_client(_slot(out, i), shared, x, y, rows[i, :n],
                                                                plan.sizes[i, :n])
                 seconds[i] = time.perf_counter() - t0
+                cpu[os.getpid()] = cpu.get(os.getpid(), 0.0) + time.process_time() - c0
         else:
             slots, glob = self._ready(carry, shared, x, y, a)
             for t, s in zip(tree_flatten(slots)[0], tree_flatten(carry)[0]):
@@ -475,10 +482,13 @@ class WorkerBackend:
             # longest first (then by position): a slow core only slows its share
             order = sorted((i for i in range(a) if n_steps[i]), key=lambda i: (-int(n_steps[i]), i))
             done = self._pool.train([(i, rows[i, :n_steps[i]], plan.sizes[i, :n_steps[i]]) for i in order])
-            for i, (losses, sec) in done.items():
+            for i, (losses, sec, c, pid) in done.items():
                 aux[i, :len(losses), 0] = losses
                 seconds[i] = sec
+                cpu[pid] = cpu.get(pid, 0.0) + c
             out = tree_map(lambda t: t[:a].clone(), slots)
+        self.calls.append({"wall": time.perf_counter() - wall0, "cpu": sorted(cpu.values(), reverse=True),
+                           "steps": int(n_steps.sum())})
         if timings is not None:
             timings.extend(seconds.tolist())
         return out, aux

@@ -85,7 +85,6 @@ def resolve_backend(name: str, device: torch.device, num_params: int) -> str:
     return "workers" if device.type == "cpu" and num_params >= SMALL_MODEL else "vectorised"
 
 
-
 class Simulation:
     """State and shared services of one run; ``run()`` is the round loop.
 
