@@ -36,7 +36,7 @@ def pool_directory(dataset) -> str | None:
 
 PARTITIONS = ("iid", "pathological", "dirichlet")
 MODELS = ("auto", "fedavgcnn", "smallcnn", "mlp", "resnet18", "fasttext")
-BACKENDS = ("auto", "vectorised", "loop")
+BACKENDS = ("auto", "vectorised", "loop", "workers")
 # Every algorithm: config name -> the papers' spelling (legends, tables, the app). The one list of both.
 # "fedala" is "fedavg+ala" (the paper's FedALA is ALA on a FedAvg server).
 ALGORITHMS = {
@@ -247,8 +247,9 @@ class RunConfig:
     # (docs/design.md#run-store): "last" (the last round's), "none", or rounds "1,10,20" (and the last).
     # An MNIST CNN state is ≈ 49 MB (20 clients × 582,026 float32 parameters). Never part of the key.
     keep_states: str = "last"
-    # "auto": vectorised on a GPU and for small models; on a CPU, models over 200k parameters run a client
-    # at a time ("loop"), which measured 1.4× faster there for the MNIST CNN (benchmarks/results.md).
+    # "auto": vectorised on a GPU and for small models; on a CPU, models over 200k parameters train a client
+    # at a time in worker processes, one per core ("workers"; "loop": in this process, 1.4× faster than
+    # vectorised there for the MNIST CNN, benchmarks/results.md).
     backend: str = "auto"
     # "auto" = cuda, then mps, then cpu. Never part of the key.
     device: str = "auto"

@@ -170,7 +170,7 @@ def test_auto_backend_picks_by_device_and_model_size(ragged):
 
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
     assert resolve_backend("auto", cpu, SMALL_MODEL - 1) == "vectorised"
-    assert resolve_backend("auto", cpu, 582_026) == "loop"
+    assert resolve_backend("auto", cpu, 582_026) == "workers"  # local training in worker processes
     assert resolve_backend("auto", gpu, 582_026) == "vectorised"
     assert resolve_backend("loop", gpu, 10) == "loop"
     sim, run = run_sim(small_cfg(algo="fedavg", rounds=1), ragged)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from torch import nn
 
 from ..config import RunConfig
+from ..models import build_model
 from . import ala, fedavg, fedlama, fedprox, finetune, local
 from .base import Algorithm
 
@@ -34,3 +35,11 @@ def build_algorithm(cfg: RunConfig, model: nn.Module) -> Algorithm:
         personalise=finetune.finetuned_models if base.endswith("-c") else None,
     )
     return pieces.on(algo) if pieces else algo
+
+
+def training_parts(cfg: RunConfig, input_shape: tuple, num_classes: int):
+    """(model, lr, grad_term) of a run, as a training worker process rebuilds them from the config
+    (compute/workers.py, docs/design.md#performance): the model's architecture and the algorithm's extra
+    gradient (FedProx's μ(θ − G)); the parameters themselves arrive through shared memory."""
+    model = build_model(cfg.model, input_shape, num_classes, seed=0)
+    return model, cfg.lr, build_algorithm(cfg, model).grad_term

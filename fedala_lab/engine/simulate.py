@@ -13,7 +13,8 @@ Per round t (docs/design.md#federated-loop, the loop the FedALA paper evaluates)
 5. the server aggregates the selected clients' models (``algo.aggregate``).
 
 All clients' parameters live stacked on a leading client dimension (``local_params[name]`` is
-(N, *shape)); the backend (loop or vectorised, compute/backends.py) runs per-client steps over them.
+(N, *shape)); the backend (loop or vectorised, compute/backends.py; on a CPU local training in worker
+processes, compute/workers.py) runs per-client steps over them.
 Every random draw comes from a generator derived from (seed, round, client, purpose), so a run is
 deterministic on CPU and a resumed run equals an uninterrupted one.
 
@@ -24,6 +25,7 @@ from round to round (ALA's weights, FedLAMA's intervals) is its own state value,
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import platform
@@ -36,10 +38,11 @@ import numpy as np
 import torch
 
 from ..algorithms.base import state_from_dict, state_to_dict
-from ..algorithms.registry import build_algorithm
+from ..algorithms.registry import build_algorithm, training_parts
 from ..compute import rng
 from ..compute.backends import BatchPlan, make_backend
 from ..compute.steps import make_eval_step, make_sgd_step
+from ..compute.workers import WorkerBackend, WorkerPool
 from ..config import RunConfig
 from ..data.federated import FederatedData
 from ..errors import ConfigError, RunCancelled, TrainingDiverged
@@ -47,7 +50,7 @@ from ..models import build_model, num_parameters
 from ..record.run import Run
 from .recorder import Recorder
 
-SMALL_MODEL = 200_000  # parameters from which the loop backend beats the vectorised one on a CPU
+SMALL_MODEL = 200_000  # parameters from which a client at a time beats the vectorised backend on a CPU
 EVAL_CHUNK = 256  # rows per client per evaluation step (memory, not results, depends on it)
 CHECKPOINT_FORMAT = 2  # 2: the algorithm's state as one typed value (1: a dict of "ala.w.…" keys)
 
@@ -69,21 +72,31 @@ def resolve_device(name: str) -> torch.device:
 
 
 def resolve_backend(name: str, device: torch.device, num_params: int) -> str:
-    """"auto" → "vectorised", except a model over SMALL_MODEL parameters on a CPU → "loop".
+    """"auto" → "vectorised", except a model over SMALL_MODEL parameters on a CPU → "workers".
 
     On a CPU a step of a large model is real arithmetic, and vmap turns its convolutions into slow
     grouped ones (docs/design.md#performance); small models are bound by per-step overhead, which vmap
-    amortises. The same rule picks the backend of any other steps (:meth:`Simulation.backend_for`).
+    amortises. "workers" trains a client at a time in each of N worker processes (one per core, one
+    thread each) and runs every other step a client at a time here, as "loop" does. The same rule picks
+    the backend of any other steps (:meth:`Simulation.backend_for`).
     """
     if name != "auto":
         return name
-    return "loop" if device.type == "cpu" and num_params >= SMALL_MODEL else "vectorised"
+    return "workers" if device.type == "cpu" and num_params >= SMALL_MODEL else "vectorised"
 
 
 class Simulation:
-    """State and shared services of one run; ``run()`` is the round loop."""
+    """State and shared services of one run; ``run()`` is the round loop.
 
-    def __init__(self, cfg: RunConfig, data: FederatedData | None = None, *, chunk_clients: int | None = None):
+    ``workers`` and ``channels_last`` concern the "workers" backend (local training in worker processes on
+    a CPU, compute/workers.py): the number of processes (None: one per core, or ``$FEDALA_LAB_WORKERS``)
+    or a :class:`~fedala_lab.compute.workers.WorkerPool` to share; ``channels_last`` runs conv models in
+    that memory format there (equal to float rounding only, like changing threads). The workers start at
+    the first training call and stop when ``run()`` ends, or at :meth:`close`.
+    """
+
+    def __init__(self, cfg: RunConfig, data: FederatedData | None = None, *, chunk_clients: int | None = None,
+                 workers: int | WorkerPool | None = None, channels_last: bool = False):
         self.cfg = cfg
         self.device = resolve_device(cfg.device)
         self.data = (data or FederatedData.from_config(cfg.data, self.device)).to(self.device)
@@ -97,7 +110,9 @@ class Simulation:
         self.algo = build_algorithm(cfg, self.model)  # checks what it needs of the model (ALA's p…)
         self.num_params = num_parameters(self.model)  # decides the backend
         self.untrained = self._check_local_work()
-        self.backend = make_backend(resolve_backend(cfg.backend, self.device, self.num_params), chunk_clients)
+        self.sgd_step = make_sgd_step(self.model, cfg.lr, self.algo.grad_term)
+        self.backend = self._make_backend(resolve_backend(cfg.backend, self.device, self.num_params),
+                                          chunk_clients, workers, channels_last)
         self._backends = {self.backend.name: self.backend}
         self.dtype = next(self.model.parameters()).dtype
 
@@ -108,7 +123,6 @@ class Simulation:
         self.local_buffers = {k: v.detach().unsqueeze(0).repeat(n, *[1] * v.dim()).clone()
                               for k, v in self.model.named_buffers()}
         self._bytes = {k: v.numel() * v.element_size() for k, v in self.global_params.items()}
-        self.sgd_step = make_sgd_step(self.model, cfg.lr, self.algo.grad_term)
         self.eval_step = make_eval_step(self.model)
         self.round = 0
         self.seconds = 0.0
@@ -117,6 +131,32 @@ class Simulation:
         self.branched_from: dict | None = None  # the stored run and round this run started from (start_from)
         self._plans: dict = {}
         self.state = self.algo.init_state(self) if self.algo.init_state else None  # the algorithm's, opaque
+
+    def _make_backend(self, name: str, chunk_clients, workers, channels_last):
+        if name != "workers":
+            return make_backend(name, chunk_clients)
+        if self.device.type != "cpu":
+            raise ConfigError("backend", name, f"auto, loop or vectorised on a {self.device.type} device: the "
+                              "worker processes train on the CPU")
+        if chunk_clients is not None:
+            raise ConfigError("chunk_clients", chunk_clients, "unset (None): the workers backend trains one "
+                              "client at a time in each process", "set backend='vectorised'")
+        build = functools.partial(training_parts, self.cfg, self.data.input_shape, self.data.num_classes)
+        return WorkerBackend(build, self.sgd_step, workers=workers, channels_last=channels_last,
+                             capacity=self.num_clients)
+
+    def close(self) -> None:
+        """Stop the backend's worker processes, if any (``run()`` does this when it ends)."""
+        close = getattr(self.backend, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
 
     def _check_local_work(self) -> list[int]:
         """Clients without a single local batch (fewer train samples than a batch, with drop_last): the
@@ -176,8 +216,10 @@ class Simulation:
         """The backend for steps through ``num_params`` parameters: ``cfg.backend`` when set, else the size
         rule of :func:`resolve_backend`. Local training uses the run's own backend (the whole model); ALA's
         head-only weight-learning steps are small, so they run vectorised even where a large model on a CPU
-        trains a client at a time."""
+        trains a client at a time. Other steps never go to worker processes: "workers" means the loop here."""
         name = resolve_backend(self.cfg.backend, self.device, num_params)
+        if name == "workers":
+            name = "loop"
         if name not in self._backends:
             self._backends[name] = make_backend(name)
         return self._backends[name]
@@ -273,8 +315,11 @@ class Simulation:
         """
         from tqdm.auto import tqdm
 
-        with cpu_threads(self.threads):
-            return self._run(tqdm, progress, callback, checkpoint)
+        try:
+            with cpu_threads(self.threads):
+                return self._run(tqdm, progress, callback, checkpoint)
+        finally:
+            self.close()  # no worker process outlives the run: returned, cancelled, diverged or interrupted
 
     @property
     def threads(self) -> int | None:
@@ -345,7 +390,7 @@ class Simulation:
         tic = time.perf_counter()
         steps = algo.local_steps or cfg.local_steps  # a round of SGD steps rather than epochs when set
         plan = self.train_plan(t, selected, epochs=None if steps else cfg.local_epochs, steps=steps)
-        timings = [] if self.backend.name == "loop" else None
+        timings = [] if self.backend.name in ("loop", "workers") else None
         trained, aux = self.run_steps(self.sgd_step, self.gather(selected), {"global": self.global_params}, plan,
                                       self.data.train_x, self.data.train_y, train=True, timings=timings)
         for k, v in trained["params"].items():
@@ -427,6 +472,8 @@ class Simulation:
         clients, rounds, ala = self.recorder.frames()
         meta = {
             "env": {**environment(self.device), "backend": self.backend.name,
+                    "backend_choice": "auto" if self.cfg.backend == "auto" else "cfg.backend",
+                    **(self.backend.info() if hasattr(self.backend, "info") else {}),
                     "torch_threads": torch.get_num_threads(),
                     "threads_choice": "cfg.threads" if self.cfg.threads is not None else "auto"},
             "param_names": self.param_names,

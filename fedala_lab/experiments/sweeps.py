@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ..compute.workers import ENV_WORKERS, available_cpus
 from ..config import RunConfig
 from ..errors import ConfigError, FedalaError, TrainingDiverged
 from ..record.run import run_row
@@ -55,14 +56,18 @@ def _set_threads(threads: int | None) -> None:
 
 
 def _work(cfg_dict: dict, store_root: str | None, force: bool, threads: int | None,
-          rounds_queue=None) -> dict | object:
+          rounds_queue=None, train_workers: int | None = None) -> dict | object:
     """Run one config in a worker (process pool or Ray task).
 
     With ``store_root`` the run goes through :func:`get_or_run` there (checkpoints, resume, atomic
     folder) and a small status dict comes back; without, the :class:`Run` itself is returned.
     ``rounds_queue`` (pool only) receives (key, round) after every round, for the progress bar.
+    ``train_workers``: processes per run for local training on a CPU (the "workers" backend): a pool of
+    n runs at once gives each cores ÷ n, so that runs and their training processes fit the cores.
     """
     _set_threads(threads)
+    if train_workers:
+        os.environ[ENV_WORKERS] = str(train_workers)
     cfg = RunConfig.from_dict(cfg_dict)
     key = cfg.key()
 
@@ -86,10 +91,7 @@ def _work(cfg_dict: dict, store_root: str | None, force: bool, threads: int | No
 
 def machine_cpus() -> int:
     """CPU cores this process may use (the affinity mask, not the machine's total)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # macOS, Windows
-        return max(1, os.cpu_count() or 1)
+    return available_cpus()
 
 
 def _auto_workers(cfg: RunConfig, n_runs: int) -> int:
@@ -251,7 +253,8 @@ def _run_pool(todo, root, force, threads, n, bar, failed) -> None:
     # no initializer: _work sets each task's threads before any torch work
     with ctx.Manager() as manager, ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
         rounds = manager.Queue()  # workers report each finished round; the bar shows the runs in flight
-        futures = {pool.submit(_work, c.to_dict(), root, force, threads, rounds): c for c in todo}
+        per_run = max(1, machine_cpus() // n)  # training processes per run (compute/workers.py)
+        futures = {pool.submit(_work, c.to_dict(), root, force, threads, rounds, per_run): c for c in todo}
         by_key = {c.key(): c for c in todo}
         in_flight: dict[str, int] = {}
         pending = set(futures)

@@ -5,7 +5,7 @@ Tables (pandas, saved as CSV):
 - ``clients``: one row per (round, client) that was evaluated: ``test_acc``, ``test_loss``, ``test_correct``,
   ``test_num`` (the client's current model *before* local training, as the paper evaluates), ``train_loss``
   (mean loss of its local training batches), ``init_loss`` / ``trained_loss`` (loss over its whole train split
-  of the initialised and of the trained local model, Fig. 5), ``selected``, ``seconds`` (loop backend only).
+  of the initialised and of the trained local model, Fig. 5), ``selected``, ``seconds`` (loop and workers backends).
 - ``rounds``: one row per round: pooled ``acc`` (Σ correct / Σ test samples), ``acc_std`` (unweighted std of
   per-client accuracies), ``test_loss``, ``init_loss``, ``trained_loss`` (sample-weighted), ``best_acc`` so far,
   ``bytes_up``, ``bytes_down``, seconds per phase.

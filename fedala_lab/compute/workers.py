@@ -1,0 +1,521 @@
+"""Local SGD in worker processes: the CPU training backend ``"workers"``.
+
+Why (docs/design.md#performance): on a CPU a step of the MNIST CNN is real arithmetic, torch's own
+threads make each small step wait for the slowest core (a busy neighbour made a round 18× slower), and
+one thread per process degrades only in proportion; so parallelism comes from processes. This backend
+trains a round's clients in N spawned processes (default: the cores this process may use, or
+``$FEDALA_LAB_WORKERS``), one torch thread each, every client start to finish in one process:
+
+- A :class:`WorkerPool` starts lazily at the first training call (from a fork server that imported
+  torch once, or spawned; never a fork of this process). The engine closes it
+  at the end of ``Simulation.run`` (returned, cancelled, diverged, interrupted or failed alike);
+  ``weakref.finalize`` closes a forgotten one at garbage collection or exit. Workers are daemons, ignore
+  Ctrl-C (the parent decides) and leave when their pipe closes, so none outlives its parent.
+- Shared memory, set up once per run (a *session*): the train data (x, y), slots for the stacked
+  parameters and buffers of the clients of a call, and what every client sees (``shared``: the global
+  model G). A call copies the clients' carries into the slots and hands out one client at a time
+  (its slot and its batch-plan rows: a small message), longest first, to whichever worker is free, so
+  a slow core only slows its share; losses and seconds come back per client, parameters in the slots.
+- A worker rebuilds the model and the algorithm's extra gradient from the run's config (``build``, a
+  picklable callable the engine supplies: compute/ knows no algorithm) and runs plain SGD on an
+  ``nn.Module`` in place with the math of :func:`~fedala_lab.compute.steps.make_sgd_step`: weighted
+  cross-entropy over the batch's rows (:func:`~fedala_lab.compute.steps.weighted_ce`, so a partial last
+  batch is exact), then θ ← θ − lr·(∇ℓ + grad_term(θ, shared)); no momentum, no weight decay. Batch-norm
+  buffers are each client's own (they live in the slots).
+- With one core (or inside a daemonic process, which may not have children) the same trainer runs in
+  this process.
+
+Exactness (docs/design.md#determinism). The worker performs the loop backend's arithmetic in the same
+order (autograd on the module instead of ``torch.func`` on ``functional_call``; ``p.sub_(lr·g)`` instead
+of ``p − lr·g``), so at one thread it equals the loop backend bit for bit (tested, FedAvg, FedProx,
+FedAvg-C, FedLAMA, batch norm). Each client is trained by exactly one process in its own order, so the
+number of workers and the order they pick clients in never change a result. ``channels_last=True`` (for
+conv models) runs other convolution kernels: equal to float rounding only, like changing torch's threads.
+
+Only the run's own training step (``train_step``) goes to the workers; any other step (evaluation, ALA's
+weight learning) runs in this process on the loop backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+import weakref
+from collections import deque
+from collections.abc import Callable
+from itertools import count
+
+import numpy as np
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+from .backends import BatchPlan, LoopBackend
+from .steps import weighted_ce
+
+Build = Callable[[], tuple[torch.nn.Module, float, Callable | None]]  # () -> (model, lr, grad_term)
+ENV_WORKERS = "FEDALA_LAB_WORKERS"
+
+
+def available_cpus() -> int:
+    """CPU cores this process may use (its affinity mask, not the machine's total), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
+def default_workers() -> int:
+    """``$FEDALA_LAB_WORKERS`` if set (a sweep running k runs at once sets cores ÷ k), else one per core."""
+    env = os.environ.get(ENV_WORKERS, "").strip()
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            pass
+    return available_cpus()
+
+
+class WorkerError(RuntimeError):
+    """A training worker process died or could not start; the message says which and why."""
+
+
+class _RemoteTraceback(Exception):
+    """The traceback of an exception raised in a worker, shown as the cause of the re-raised one."""
+
+    def __init__(self, tb: str):
+        super().__init__(tb)
+
+    def __str__(self):
+        return "\n\n" + self.args[0]
+
+
+# -- the trainer (runs in a worker, or in this process) ---------------------------------------------
+
+
+class _Trainer:
+    """One nn.Module trained in place, one client at a time (the math of steps.make_sgd_step)."""
+
+    def __init__(self, build: Build, channels_last: bool):
+        model, lr, grad_term = build()
+        self.channels_last = channels_last and any(p.dim() == 4 for p in model.parameters())
+        if self.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        model.train()
+        for p in model.parameters():
+            p.requires_grad_(True)
+        self.model, self.lr, self.grad_term = model, lr, grad_term
+        self.params = dict(model.named_parameters())
+        self.buffers = dict(model.named_buffers())
+
+    def train_client(self, carry: dict, shared: dict, x: torch.Tensor, y: torch.Tensor, rows: np.ndarray,
+                     sizes: np.ndarray) -> np.ndarray:
+        """SGD on one client from ``carry`` (its params and buffers, written back in place); the losses."""
+        params, buffers, lr = self.params, self.buffers, self.lr
+        with torch.no_grad():
+            for n, p in params.items():
+                p.copy_(carry["params"][n])
+            for n, b in buffers.items():
+                b.copy_(carry["buffers"][n])
+        losses = np.empty(len(sizes), dtype=np.float64)
+        for k, s in enumerate(sizes):
+            idx = torch.from_numpy(rows[k, :s])
+            xb, yb = x[idx], y[idx]
+            if self.channels_last:
+                xb = xb.contiguous(memory_format=torch.channels_last)
+            loss = weighted_ce(self.model(xb), yb, xb.new_ones(int(s)))
+            loss.backward()
+            with torch.no_grad():
+                extra = self.grad_term(params, shared) if self.grad_term is not None else None
+                for n, p in params.items():
+                    g = p.grad if p.grad is not None else torch.zeros_like(p)
+                    if extra is not None:
+                        g = g + extra[n]
+                    p.sub_(lr * g)  # the loop's p − lr·(∇ℓ + extra), in place
+                    p.grad = None
+            losses[k] = loss.item()
+        with torch.no_grad():
+            for n, p in params.items():
+                carry["params"][n].copy_(p)
+            for n, b in buffers.items():
+                carry["buffers"][n].copy_(b)
+        return losses
+
+
+def _slot(tree, i: int):
+    return tree_map(lambda t: t[i], tree)
+
+
+def _worker_main(conn) -> None:
+    """A worker: set up sessions, train the clients it is sent, until None or its pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it closes the pool
+    torch.set_num_threads(1)  # docs/design.md#performance: one thread per process
+    session = None
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return  # the parent is gone
+        if msg is None:
+            return
+        try:
+            if msg[0] == "setup":
+                _, token, build, channels_last, x, y, slots, shared = msg
+                session = None  # drop the old session's shared memory before building the new one
+                session = (_Trainer(build, channels_last), x, y, slots, shared)
+                conn.send(("ready", token, os.getpid()))
+            else:
+                _, i, rows, sizes = msg
+                trainer, x, y, slots, shared = session
+                t0, c0 = time.perf_counter(), time.process_time()
+                losses = trainer.train_client(_slot(slots, i), shared, x, y, rows, sizes)
+                conn.send(("done", i, losses, time.perf_counter() - t0, time.process_time() - c0))
+        except BaseException as err:  # noqa: BLE001 - every failure goes to the parent, which raises it
+            _send_error(conn, err)
+            return
+
+
+def _send_error(conn, err: BaseException) -> None:
+    tb = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    try:
+        conn.send(("error", err, tb))
+    except Exception:  # noqa: BLE001 - an exception that does not pickle travels as its text
+        with contextlib.suppress(Exception):  # else the parent sees the worker die
+            conn.send(("error", RuntimeError(f"{type(err).__name__}: {err}"), tb))
+
+
+# -- the pool of processes --------------------------------------------------------------------------
+
+
+class WorkerPool:
+    """N training processes, one torch thread each; reusable across runs (one session at a time).
+
+    A pool made by a :class:`WorkerBackend` belongs to it and closes with it; a pool made by the caller
+    (``Simulation(cfg, data, workers=pool)``: tests, benchmarks, a driver running many runs in a row)
+    is shared and closed by the caller (``close()`` or ``with WorkerPool(2) as pool``). A pool that
+    saw a worker fail closes itself and raises; using it again raises :class:`WorkerError`.
+    """
+
+    def __init__(self, workers: int | None = None):
+        self.size = max(1, int(workers or default_workers()))
+        self._procs: list = []
+        self._conns: list = []
+        self._session = None  # token of the session the workers hold
+        self._closed = False
+        self._finalizer = None
+
+    # lifecycle
+
+    def start(self) -> None:
+        if self._closed:
+            raise WorkerError("this worker pool was closed (after a worker failed, or by its owner)")
+        if self._procs:
+            return
+        ctx = _context()
+        with _main_not_rerun():
+            for r in range(self.size):
+                parent, child = ctx.Pipe()
+                p = ctx.Process(target=_worker_main, args=(child,), daemon=True, name=f"fedala-train-{r}")
+                p.start()
+                child.close()
+                self._procs.append(p)
+                self._conns.append(parent)
+        self._finalizer = weakref.finalize(self, _shutdown, self._procs, self._conns)
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs]
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self, *, kill: bool = False) -> None:
+        """Stop the workers (at once with ``kill``, e.g. after an error mid-call) and wait for them."""
+        self._closed = True
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            _shutdown(self._procs, self._conns, kill=kill)
+            self._finalizer = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close(kill=exc[0] is not None)
+        return False
+
+    # work
+
+    def setup(self, token, build: Build, channels_last: bool, x, y, slots, shared) -> None:
+        """Hand every worker a session (its trainer is built there) unless they hold this one already."""
+        self.start()
+        if self._session == token:
+            return
+        self._session = None
+        msg = ("setup", token, build, channels_last, x, y, slots, shared)
+        self._exchange([(conn, msg) for conn in self._conns], expect="ready")
+        self._session = token
+
+    def train(self, jobs: list[tuple[int, np.ndarray, np.ndarray]]) -> dict[int, tuple]:
+        """Train these (slot, rows, sizes) jobs, in the given order, on whichever worker is free.
+        Returns {slot: (losses, wall seconds, CPU seconds, worker pid)}."""
+        queue = deque(jobs)
+        results: dict[int, tuple] = {}
+
+        def feed(conn):
+            if queue:
+                i, rows, sizes = queue.popleft()
+                return conn, ("train", i, rows, sizes)
+            return None
+
+        self._exchange([m for m in (feed(c) for c in self._conns) if m], expect="done", refill=feed,
+                       results=results)
+        return results
+
+    def _exchange(self, first: list, *, expect: str, refill=None, results=None) -> None:
+        """Send ``first``; wait for the answers, refilling each worker that answers; a worker that dies or
+        fails ends the call (and the pool) with one error here."""
+        from multiprocessing.connection import wait
+
+        procs = dict(zip(self._conns, self._procs))
+        sentinels = {p.sentinel: c for c, p in procs.items()}
+        busy = {}
+
+        def died(conn, msg):
+            p = procs[conn]
+            p.join(1)
+            return WorkerError(f"training worker process {p.pid} died (exit code {p.exitcode})" + _while(msg))
+
+        def send(conn, msg):
+            try:
+                conn.send(msg)
+            except OSError:  # its end of the pipe is closed: the process is gone
+                raise died(conn, msg) from None
+            busy[conn] = msg
+
+        try:
+            for conn, msg in first:
+                send(conn, msg)
+            while busy:
+                for ready in wait([*busy, *sentinels]):
+                    conn = sentinels.get(ready, ready)
+                    try:  # a process that ended may have left its last answer (an error) in the pipe
+                        answer = conn.recv()
+                    except (EOFError, OSError):
+                        answer = None
+                    if answer is None:  # its pipe closed or its process ended
+                        raise died(conn, busy.get(conn))
+                    if answer[0] == "error":
+                        _, err, tb = answer
+                        err.add_note(f"(raised in training worker process {procs[conn].pid}"
+                                     + _while(busy.get(conn)) + ")")
+                        raise err from _RemoteTraceback(tb)
+                    if answer[0] != expect:
+                        raise WorkerError(f"unexpected answer {answer[0]!r} from a training worker")
+                    del busy[conn]
+                    if results is not None:
+                        _, i, losses, seconds, cpu = answer
+                        results[i] = (losses, seconds, cpu, procs[conn].pid)
+                    nxt = refill(conn) if refill is not None else None
+                    if nxt:
+                        send(conn, nxt[1])
+        except BaseException:
+            self.close(kill=True)  # mid-call the others are busy: never leave them running
+            raise
+
+
+_MAIN_LOCK = threading.Lock()
+
+
+def _context():
+    """How workers start: from a fork server where the platform has one, else spawned.
+
+    Never a plain fork of this process, which may already run torch's threads (a forked copy can
+    deadlock). The fork server is a fresh single-threaded process that imports this module (and so
+    torch) once and forks each worker from itself: the first pool of a process pays the import (seconds),
+    later pools start in milliseconds. It leaves when this process does.
+    """
+    import torch.multiprocessing as mp  # registers torch's shared-memory pickling of tensors
+
+    if "forkserver" in mp.get_all_start_methods():
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload([__name__])  # takes effect when the server starts (once per process)
+        return ctx
+    return mp.get_context("spawn")
+
+
+@contextlib.contextmanager
+def _main_not_rerun():
+    """Start workers without re-running the caller's script in them.
+
+    A spawned process normally imports the parent's ``__main__`` (by path or module name) before its
+    target runs; a script without ``if __name__ == "__main__":`` would then start a simulation in every
+    worker. The workers need only fedala_lab (their target and ``build`` are fedala_lab functions), so
+    ``__main__``'s file and spec are hidden while the processes start, and restored at once.
+    """
+    main = sys.modules.get("__main__")
+    with _MAIN_LOCK:
+        saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+        try:
+            for k in saved:
+                setattr(main, k, None) if k == "__spec__" else delattr(main, k)
+            yield
+        finally:
+            for k, v in saved.items():
+                setattr(main, k, v)
+
+
+def _while(msg) -> str:
+    if msg is None:
+        return ""
+    return " while setting up" if msg[0] == "setup" else f" while training the client in slot {msg[1]}"
+
+
+def _shutdown(procs: list, conns: list, kill: bool = False) -> None:
+    """Ask the workers to leave (or terminate them), wait, and make sure none is left."""
+    if not kill:
+        for conn in conns:
+            try:
+                conn.send(None)
+            except (OSError, ValueError):
+                pass
+    for p in procs:
+        if kill:
+            p.terminate()
+        p.join(timeout=1 if kill else 10)
+        if p.is_alive():
+            p.terminate()
+            p.join(timeout=2)
+        if p.is_alive():
+            p.kill()
+            p.join()
+    for conn in conns:
+        conn.close()
+    procs.clear()
+    conns.clear()
+
+
+# -- the backend ------------------------------------------------------------------------------------
+
+_TOKENS = count()
+
+
+class WorkerBackend:
+    """Runs the run's training step (``train_step``) in worker processes; any other step on the loop.
+
+    ``build()`` (picklable) returns (model, lr, grad_term) as the run built them; ``workers``: a number
+    (None: :func:`default_workers`) or a shared :class:`WorkerPool`; ``capacity``: the most clients
+    one call trains (slots are allocated for that many, grown when a call brings more).
+    """
+
+    name = "workers"
+
+    def __init__(self, build: Build, train_step: Callable, *, workers: int | WorkerPool | None = None,
+                 channels_last: bool = False, capacity: int = 1):
+        self.build, self.train_step, self.channels_last = build, train_step, bool(channels_last)
+        self._own_pool = not isinstance(workers, WorkerPool)
+        self._pool = workers if isinstance(workers, WorkerPool) else None
+        size = workers.size if isinstance(workers, WorkerPool) else max(1, int(workers or default_workers()))
+        import multiprocessing
+
+        self.in_process = size == 1 or multiprocessing.current_process().daemon  # daemons have no children
+        self.workers = 1 if self.in_process else size
+        self.capacity = max(1, capacity)
+        self._loop = LoopBackend()
+        # per training call: wall seconds and each worker's CPU seconds (the busiest one is the critical
+        # path on an otherwise idle machine; benchmarks/round_time.py reports it)
+        self.calls: list[dict] = []
+        self._session = None  # this run's data, slots and shared tensors in shared memory (``_ready``)
+        self._trainer = None  # the in-process trainer
+
+    def info(self) -> dict:
+        """What run.meta["env"] records about this backend."""
+        return {"workers": self.workers, "worker_processes": not self.in_process,
+                "channels_last": self.channels_last}
+
+    @property
+    def pids(self) -> list[int]:
+        return self._pool.pids if self._pool is not None else []
+
+    def close(self) -> None:
+        """Stop the workers of an own pool (a shared pool stays); the next training call starts anew."""
+        if self._pool is not None and self._own_pool:
+            self._pool.close()
+            self._pool = None
+        self._session = None
+
+    def run(self, step, carry: dict, shared: dict, plan: BatchPlan, x: torch.Tensor, y: torch.Tensor, *,
+            train: bool, model: torch.nn.Module, aux_size: int = 1, timings: list | None = None):
+        if not (train and step is self.train_step and x.device.type == "cpu"):
+            return self._loop.run(step, carry, shared, plan, x, y, train=train, model=model, aux_size=aux_size,
+                                  timings=timings)
+        a, k_max = plan.sizes.shape
+        n_steps = plan.num_steps
+        rows = plan.rows.cpu().numpy()
+        aux = np.full((a, k_max, aux_size), np.nan)
+        seconds = np.zeros(a)
+        wall0 = time.perf_counter()
+        cpu: dict[int, float] = {}
+        if self.in_process:
+            out = tree_map(torch.Tensor.clone, carry)
+            if self._trainer is None:
+                self._trainer = _Trainer(self.build, self.channels_last)
+            for i in range(a):
+                t0, c0 = time.perf_counter(), time.process_time()
+                n = int(n_steps[i])
+                if n:
+                    aux[i, :n, 0] = self._trainer.train_client(_slot(out, i), shared, x, y, rows[i, :n],
+                                                               plan.sizes[i, :n])
+                seconds[i] = time.perf_counter() - t0
+                cpu[os.getpid()] = cpu.get(os.getpid(), 0.0) + time.process_time() - c0
+        else:
+            slots, glob = self._ready(carry, shared, x, y, a)
+            for t, s in zip(tree_flatten(slots)[0], tree_flatten(carry)[0]):
+                t[:a].copy_(s)
+            for t, s in zip(tree_flatten(glob)[0], tree_flatten(shared)[0]):
+                t.copy_(s)
+            # longest first (then by position): a slow core only slows its share
+            order = sorted((i for i in range(a) if n_steps[i]), key=lambda i: (-int(n_steps[i]), i))
+            done = self._pool.train([(i, rows[i, :n_steps[i]], plan.sizes[i, :n_steps[i]]) for i in order])
+            for i, (losses, sec, c, pid) in done.items():
+                aux[i, :len(losses), 0] = losses
+                seconds[i] = sec
+                cpu[pid] = cpu.get(pid, 0.0) + c
+            out = tree_map(lambda t: t[:a].clone(), slots)
+        self.calls.append({"wall": time.perf_counter() - wall0, "cpu": sorted(cpu.values(), reverse=True),
+                           "steps": int(n_steps.sum())})
+        if timings is not None:
+            timings.extend(seconds.tolist())
+        return out, aux
+
+    def _ready(self, carry, shared, x, y, a: int):
+        """This run's session in shared memory (made once; again only for other data, more clients or
+        another ``shared`` layout), handed to the pool (started here when it is ours)."""
+        s = self._session
+        if s is None or s["x"] is not x or s["y"] is not y or a > s["capacity"] or s["layout"] != _layout(shared):
+            self.capacity = max(self.capacity, a)
+            x.share_memory_()  # in place: the data are read-only during a run, and shared once
+            y.share_memory_()
+            s = self._session = {
+                "token": (os.getpid(), next(_TOKENS)), "x": x, "y": y, "capacity": self.capacity,
+                "slots": tree_map(lambda t: t.new_empty((self.capacity, *t.shape[1:])).share_memory_(), carry),
+                "shared": tree_map(lambda t: t.detach().clone().share_memory_(), shared),
+                "layout": _layout(shared),
+            }
+        if self._pool is None or (self._own_pool and self._pool.closed):  # ours failed: start anew
+            self._pool = WorkerPool(self.workers)
+        self._pool.setup(s["token"], self.build, self.channels_last, x, y, s["slots"], s["shared"])
+        return s["slots"], s["shared"]
+
+
+def _layout(tree) -> list:
+    leaves, spec = tree_flatten(tree)
+    return [str(spec), *[(tuple(t.shape), t.dtype) for t in leaves]]
+
+
+__all__ = ["WorkerBackend", "WorkerError", "WorkerPool", "available_cpus", "default_workers"]

@@ -1,0 +1,232 @@
+"""The "workers" backend (compute/workers.py): local training in worker processes equals the loop backend
+bit for bit, whatever the number of workers; resume, determinism; no worker outlives its run.
+
+Spawning a worker costs seconds (it imports torch), so the exactness tests share one module-scoped pool of
+two workers (``Simulation(..., workers=pool)``); the lifecycle tests start their own.
+"""
+
+import os
+import signal
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import make_ragged_data, small_cfg
+
+from fedala_lab.algorithms.base import state_to_dict
+from fedala_lab.compute.backends import BatchPlan
+from fedala_lab.compute.workers import WorkerError, WorkerPool
+from fedala_lab.engine.simulate import SMALL_MODEL, Simulation, resolve_backend
+from fedala_lab.errors import ConfigError, RunCancelled
+
+# ragged clients; client 1 holds 3 train samples: one partial batch (drop_last=False) or none (True)
+SIZES = (23, 3, 41, 12, 30)
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with WorkerPool(2) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_ragged_data(sizes=SIZES)
+
+
+def run_sim(cfg, data, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the client without a batch is announced; not the point here
+        sim = Simulation(cfg, data, **kw)
+        return sim, sim.run(progress=False)
+
+
+def assert_same_run(sim_a, run_a, sim_b, run_b):
+    """Bit for bit: every recorded number but wall-clock seconds, every model, buffer and state."""
+    pd.testing.assert_frame_equal(run_a.clients.drop(columns="seconds"), run_b.clients.drop(columns="seconds"))
+    seconds = [c for c in run_a.rounds if c.endswith("seconds")]
+    pd.testing.assert_frame_equal(run_a.rounds.drop(columns=seconds), run_b.rounds.drop(columns=seconds))
+    pd.testing.assert_frame_equal(run_a.ala, run_b.ala)
+    for name, frame in run_a.tables.items():
+        pd.testing.assert_frame_equal(frame, run_b.tables[name])
+    for k in run_a.arrays:
+        np.testing.assert_array_equal(run_a.arrays[k], run_b.arrays[k])
+    for part in ("local_params", "global_params", "local_buffers"):
+        a, b = getattr(sim_a, part), getattr(sim_b, part)
+        assert a.keys() == b.keys()
+        for n in a:
+            assert torch.equal(a[n], b[n]), (part, n)
+    torch.testing.assert_close(state_to_dict(sim_a.state), state_to_dict(sim_b.state), atol=0, rtol=0)
+
+
+ALGOS = {
+    "fedavg": {},
+    "fedprox": {"mu": 0.5},
+    "fedavg-c": {"finetune_epochs": 2},
+    "fedlama": {"tau0": 3, "phi": 2},
+    "fedala": {"s": 60},  # ALA's own steps run here (loop); local training in the workers
+}
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("algo", list(ALGOS))
+def test_workers_equal_loop_bit_for_bit(algo, drop_last, data, pool):
+    # ragged sizes, partial last batches (or a client without a batch), reshuffled epochs, 3 of 5 clients
+    cfg = small_cfg(algo=algo, shuffle=True, drop_last=drop_last, join_ratio=0.6, rounds=3, **ALGOS[algo])
+    sim_l, run_l = run_sim(cfg.replace(backend="loop"), data)
+    sim_w, run_w = run_sim(cfg.replace(backend="workers"), data, workers=pool)
+    assert run_w.meta["env"]["backend"] == "workers" and run_w.meta["env"]["workers"] == 2
+    assert_same_run(sim_l, run_l, sim_w, run_w)
+    assert (run_w.clients.loc[run_w.clients["selected"], "seconds"] >= 0).all()
+    assert run_w.clients.loc[~run_w.clients["selected"], "seconds"].isna().all()
+
+
+def tiny_bn_parts():
+    """A conv net with batch norm (what a worker rebuilds: model, lr, no extra gradient)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                                torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 4))
+    return model, 0.1, None
+
+
+def test_batch_norm_buffers_stay_per_client_and_equal_the_loop(data, pool):
+    from fedala_lab.compute.backends import LoopBackend
+    from fedala_lab.compute.steps import make_sgd_step
+    from fedala_lab.compute.workers import WorkerBackend
+
+    model, lr, _ = tiny_bn_parts()
+    step = make_sgd_step(model, lr)
+    carry = {"params": {k: v.detach().unsqueeze(0).repeat(4, *[1] * v.dim()) for k, v in model.named_parameters()},
+             "buffers": {k: v.unsqueeze(0).repeat(4, *[1] * v.dim()) for k, v in model.named_buffers()}}
+    g = np.random.default_rng(0)  # four clients: 3, 0, 2 and 1 batches, the last ones partial
+    batches = [[g.choice(100, n) for n in sizes] for sizes in ([4, 4, 3], [], [4, 1], [2])]
+    plan = BatchPlan.from_batches(batches, "cpu")
+    x, y = data.train_x, data.train_y
+    ref, ref_aux = LoopBackend().run(step, carry, {}, plan, x, y, train=True, model=model)
+    times = []
+    backend = WorkerBackend(tiny_bn_parts, step, workers=pool, capacity=4)
+    got, got_aux = backend.run(step, carry, {}, plan, x, y, train=True, model=model, timings=times)
+    for part in ("params", "buffers"):
+        for k in ref[part]:
+            assert torch.equal(ref[part][k], got[part][k]), k
+    np.testing.assert_array_equal(ref_aux, got_aux)  # NaN where a client had no k-th batch
+    assert got["buffers"]["1.num_batches_tracked"].tolist() == [3, 0, 2, 1]
+    assert not torch.equal(got["buffers"]["1.running_mean"][0], got["buffers"]["1.running_mean"][2])
+    assert torch.equal(got["params"]["0.weight"][1], carry["params"]["0.weight"][1])  # no batch: unchanged
+    assert len(times) == 4 and times[1] == 0.0
+
+
+def test_worker_count_does_not_change_the_result_and_runs_repeat(data, pool):
+    cfg = small_cfg(algo="fedprox", shuffle=True, join_ratio=0.6, rounds=2, backend="workers")
+    two = run_sim(cfg, data, workers=pool)
+    again = run_sim(cfg, data, workers=pool)
+    one = run_sim(cfg, data, workers=1)  # in this process
+    assert one[1].meta["env"]["worker_processes"] is False and two[1].meta["env"]["worker_processes"] is True
+    assert_same_run(*two, *again)
+    assert_same_run(*two, *one)
+    other = run_sim(cfg.replace(seed=1), data, workers=pool)
+    assert not two[1].clients["test_loss"].equals(other[1].clients["test_loss"])
+
+
+def test_resume_with_workers_equals_uninterrupted(data, pool, tmp_path):
+    cfg = small_cfg(algo="fedala", rounds=4, checkpoint_every=2, shuffle=True, join_ratio=0.6, backend="workers")
+    full = run_sim(cfg, data, workers=pool)
+    ckpt = tmp_path / "ckpt.pt"
+    with pytest.raises(RunCancelled):
+        Simulation(cfg, data, workers=pool).run(progress=False, callback=lambda sim, row: row["round"] < 2,
+                                                checkpoint=ckpt)
+    resumed = Simulation(cfg, data, workers=pool)
+    assert resumed.load_checkpoint(ckpt) and resumed.round == 2
+    assert_same_run(*full, resumed, resumed.run(progress=False, checkpoint=ckpt))
+
+
+def test_channels_last_agrees_to_float_rounding(data, pool):
+    cfg = small_cfg(algo="fedavg", rounds=2, drop_last=False)
+    sim_l, run_l = run_sim(cfg.replace(backend="loop"), data)
+    sim_c, run_c = run_sim(cfg.replace(backend="workers"), data, workers=pool, channels_last=True)
+    assert run_c.meta["env"]["channels_last"] is True
+    for n in sim_l.param_names:
+        torch.testing.assert_close(sim_c.local_params[n], sim_l.local_params[n], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(run_c.clients["train_loss"], run_l.clients["train_loss"], atol=1e-5)
+
+
+def test_auto_picks_workers_for_large_models_on_a_cpu_only():
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert resolve_backend("auto", cpu, SMALL_MODEL) == "workers"
+    assert resolve_backend("auto", cpu, SMALL_MODEL - 1) == "vectorised"
+    assert resolve_backend("auto", gpu, SMALL_MODEL) == "vectorised"
+    with pytest.raises(ConfigError, match="chunk_clients"):
+        Simulation(small_cfg(backend="workers"), make_ragged_data(), chunk_clients=2)
+
+
+# ------------------------------------------------------------------ no worker outlives its run
+
+
+def gone(pids) -> bool:
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        return False
+    return True
+
+
+def test_no_worker_left_after_a_run_a_cancel_or_an_interrupt(data):
+    cfg = small_cfg(algo="fedavg", rounds=3, backend="workers")
+    seen = []
+
+    def note(sim, row):
+        seen.append(list(sim.backend.pids))
+
+    sim = Simulation(cfg, data, workers=2)
+    sim.run(progress=False, callback=note)
+    assert len(seen[0]) == 2 and all(p == seen[0] for p in seen)  # started once, kept for every round
+    assert gone(seen[0]) and sim.backend.pids == []
+
+    def cancel():
+        return False
+
+    def interrupt():
+        raise KeyboardInterrupt
+
+    for stop, error in ((cancel, RunCancelled), (interrupt, KeyboardInterrupt)):
+
+        def callback(sim, row, stop=stop):
+            note(sim, row)
+            return stop()
+
+        with pytest.raises(error):
+            Simulation(cfg, data, workers=2).run(progress=False, callback=callback)
+        assert gone(seen[-1])
+
+
+def test_a_failing_or_dying_worker_is_one_clear_error_and_leaves_no_process(data):
+    cfg = small_cfg(algo="fedavg", rounds=3, backend="workers")
+    sim = Simulation(cfg, data, workers=2)
+    clients = torch.arange(2)
+
+    def train(plan):
+        return sim.backend.run(sim.sgd_step, sim.gather(clients), {"global": sim.global_params}, plan,
+                               sim.data.train_x, sim.data.train_y, train=True, model=sim.model)
+
+    train(sim.train_plan(1, clients, epochs=1))
+    pids = sim.backend.pids
+    bad = BatchPlan(torch.full((2, 1, 4), 10**6), np.full((2, 1), 4))  # rows past the data: IndexError there
+    with pytest.raises(IndexError) as info:
+        train(bad)
+    assert "raised in training worker process" in "".join(info.value.__notes__)
+    assert "Traceback" in str(info.value.__cause__)  # the worker's own traceback
+    assert len(pids) == 2 and gone(pids) and sim.backend.pids == []
+    train(sim.train_plan(1, clients, epochs=1))  # the next call starts afresh
+    sim.close()
+
+    def kill_one(sim, row):
+        os.kill(sim.backend.pids[0], signal.SIGKILL)
+
+    sim = Simulation(cfg, data, workers=2)
+    with pytest.raises(WorkerError, match=r"died \(exit code -9\)"):
+        sim.run(progress=False, callback=kill_one)
+    assert sim.backend.pids == []
