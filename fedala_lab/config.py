@@ -203,6 +203,13 @@ class RunConfig:
     drop_last: bool = True
     # FedProx proximal coefficient μ (paper grid choice 0.001). μ = 0 is FedAvg.
     mu: float = 0.001
+    # Systems heterogeneity (docs/design.md#fedprox): this fraction of the selected clients are stragglers
+    # each round, doing only a uniformly random part (1 … S − 1 of their S local steps) of their local work.
+    stragglers: float = 0.0
+    # Whether the server drops the stragglers (they train nothing and send nothing) or keeps their partial
+    # updates. None = the algorithm's own choice, as in the FedProx paper: FedProx (and FedProx+ALA,
+    # FedProx-C) keeps them, every other algorithm drops them.
+    drop_stragglers: bool | None = None
     # ALA (docs/design.md#ala): η weight learning rate, s percent of the train split, p top blocks.
     eta: float = 1.0
     s: float = 80.0
@@ -268,6 +275,11 @@ class RunConfig:
         _bool("shuffle", self.shuffle)
         _bool("drop_last", self.drop_last)
         _float("mu", self.mu, 0)
+        _float("stragglers", self.stragglers, 0, 1)
+        if self.drop_stragglers is not None:
+            _bool("drop_stragglers", self.drop_stragglers)
+        _check(not (self.stragglers and self.uses_lama), "stragglers", self.stragglers,
+               "0 with FedLAMA", "its layer intervals assume that every active client synchronises")
         _float("eta", self.eta, 0, lo_open=True)
         _float("s", self.s, 0, 100, lo_open=True)
         _int("p", self.p, 1)
@@ -306,6 +318,12 @@ class RunConfig:
     @property
     def uses_prox(self) -> bool:
         return self.algo.startswith("fedprox")
+
+    @property
+    def drops_stragglers(self) -> bool:
+        """Whether stragglers are dropped: ``drop_stragglers``, else the algorithm's choice (FedProx keeps
+        their partial work, every other algorithm drops them; docs/design.md#fedprox)."""
+        return (not self.uses_prox) if self.drop_stragglers is None else self.drop_stragglers
 
     @property
     def uses_finetune(self) -> bool:
@@ -385,6 +403,10 @@ class RunConfig:
             d["data"].pop(k)
         if not self.uses_prox:
             d.pop("mu")
+        if self.stragglers:  # only a run with stragglers has them in its key; None resolved to its meaning
+            d["drop_stragglers"] = self.drops_stragglers
+        else:
+            d.pop("stragglers"), d.pop("drop_stragglers")
         if not self.uses_ala:
             for k in ("eta", "s", "p", "threshold", "num_pre_loss", "max_start_epochs",
                       "ala_all_clients", "ala_after"):
