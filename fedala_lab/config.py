@@ -22,7 +22,7 @@ from typing import Any
 
 from .errors import ConfigError, ConfigFileError
 
-DATASETS = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100")
+DATASETS = ("digits", "mnist_mini", "mnist", "fashion_mnist", "cifar10", "cifar100")
 # "pfllib-pool:<dir>": every image of a PFLlib partition pooled, to be partitioned afresh (e.g. MNIST
 # pathological from the shared Dir(0.1) files when torchvision's MNIST is absent; data/sources.py).
 POOL_PREFIX = "pfllib-pool:"
@@ -113,7 +113,8 @@ def _bool(name, value):
 class DataConfig:
     """Which data, and how it is split among clients (docs/design.md#data)."""
 
-    # "digits" (scikit-learn, offline, the default), a torchvision name, or "pfllib:<dir>" for a
+    # "digits" (scikit-learn, offline, the default), "mnist_mini" (3,000 MNIST digits at 14×14 shipped with
+    # the package, offline: the teach preset's), a torchvision name, or "pfllib:<dir>" for a
     # partition directory written by PFLlib / the FedALA repository (used as is: no re-partitioning).
     dataset: str = "digits"
     # iid | pathological | dirichlet (PFLlib's "pat" and "dir"). Ignored for pfllib: directories.
