@@ -48,7 +48,7 @@ def test_a_straggler_does_exactly_its_drawn_number_of_steps(ragged):
     # FedProx keeps the stragglers' partial work; 2 local epochs of batch 4: full work 2·⌊n/4⌋ steps
     cfg = small_cfg(algo="fedprox", stragglers=0.6, local_epochs=2, rounds=3, backend="loop",
                     snapshot_clients="all")
-    sim, run = run_sim(cfg, ragged)
+    _, run = run_sim(cfg, ragged)
     full = 2 * (ragged.train_sizes // 4)
     c = run.clients
     assert (run.rounds["stragglers"] == 3).all() and (run.rounds["dropped"] == 0).all()  # 5 − round(5·0.4)

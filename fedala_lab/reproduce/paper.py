@@ -168,7 +168,8 @@ def make_fig4(ctx: Context):
 def make_fig5(ctx: Context):
     from ..figures.convergence import ConvergenceDisplay
 
-    cfg = ctx.plan.practical.replace(rounds=ctx.plan.fig5_rounds, seed=ctx.plan.seeds[0])
+    # Fig. 5 is drawn from the per-round train-split losses, which the teach preset does not record
+    cfg = ctx.plan.practical.replace(rounds=ctx.plan.fig5_rounds, seed=ctx.plan.seeds[0], record_train_loss=True)
     runs = [ctx.run(cfg.replace(algo=a)) for a in ("fedavg", "fedala")]
     d = ConvergenceDisplay.from_runs(runs)
     findings = []
