@@ -2,7 +2,7 @@
 
     fedala-lab run --preset teach --algos fedavg,fedprox,fedala
     fedala-lab run --preset teach --algos fedavg,fedala --json
-    fedala-lab data --dataset digits --partition dirichlet --beta 0.1 --clients 20 --out figures/data.png
+    fedala-lab data --dataset mnist_mini --partition dirichlet --beta 0.1 --clients 20 --out figures/data.png
     fedala-lab sweep --preset teach --algos fedavg,fedala --grid p=1,2 --seeds 0-2
     fedala-lab figures --only fig4,table2
     fedala-lab app --port 7861
@@ -404,7 +404,7 @@ def _add_app(sub) -> None:
 def _add_figures(sub) -> None:
     p = sub.add_parser("figures", help="regenerate the paper's figures and tables from (cached) runs")
     p.add_argument("--preset", choices=["quick", "mnist", "paper"], default="quick",
-                   help="quick: digits, minutes on a CPU; mnist: the shared MNIST partitions at a horizon a CPU "
+                   help="quick: the teach data, minutes on a CPU; mnist: the shared MNIST partitions at a horizon a CPU "
                         "affords (≤ 1 hour, figures/mnist/); paper: the shared MNIST partition, GPU scale")
     p.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(FIGURES)}")
     p.add_argument("--out", default=None, help="output folder (default: figures/ for quick, figures/<preset>/ "

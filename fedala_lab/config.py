@@ -22,7 +22,7 @@ from typing import Any
 
 from .errors import ConfigError, ConfigFileError
 
-DATASETS = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100")
+DATASETS = ("digits", "mnist_mini", "mnist", "fashion_mnist", "cifar10", "cifar100")
 # "pfllib-pool:<dir>": every image of a PFLlib partition pooled, to be partitioned afresh (e.g. MNIST
 # pathological from the shared Dir(0.1) files when torchvision's MNIST is absent; data/sources.py).
 POOL_PREFIX = "pfllib-pool:"
@@ -113,7 +113,8 @@ def _bool(name, value):
 class DataConfig:
     """Which data, and how it is split among clients (docs/design.md#data)."""
 
-    # "digits" (scikit-learn, offline, the default), a torchvision name, or "pfllib:<dir>" for a
+    # "digits" (scikit-learn, offline, the default), "mnist_mini" (3,000 MNIST digits at 14×14 shipped with
+    # the package, offline: the teach preset's), a torchvision name, or "pfllib:<dir>" for a
     # partition directory written by PFLlib / the FedALA repository (used as is: no re-partitioning).
     dataset: str = "digits"
     # iid | pathological | dirichlet (PFLlib's "pat" and "dir"). Ignored for pfllib: directories.
@@ -203,6 +204,13 @@ class RunConfig:
     drop_last: bool = True
     # FedProx proximal coefficient μ (paper grid choice 0.001). μ = 0 is FedAvg.
     mu: float = 0.001
+    # Systems heterogeneity (docs/design.md#fedprox): this fraction of the selected clients are stragglers
+    # each round, doing only a uniformly random part (1 … S − 1 of their S local steps) of their local work.
+    stragglers: float = 0.0
+    # Whether the server drops the stragglers (they train nothing and send nothing) or keeps their partial
+    # updates. None = the algorithm's own choice, as in the FedProx paper: FedProx (and FedProx+ALA,
+    # FedProx-C) keeps them, every other algorithm drops them.
+    drop_stragglers: bool | None = None
     # ALA (docs/design.md#ala): η weight learning rate, s percent of the train split, p top blocks.
     eta: float = 1.0
     s: float = 80.0
@@ -274,6 +282,11 @@ class RunConfig:
         _bool("shuffle", self.shuffle)
         _bool("drop_last", self.drop_last)
         _float("mu", self.mu, 0)
+        _float("stragglers", self.stragglers, 0, 1)
+        if self.drop_stragglers is not None:
+            _bool("drop_stragglers", self.drop_stragglers)
+        _check(not (self.stragglers and self.uses_lama), "stragglers", self.stragglers,
+               "0 with FedLAMA", "its layer intervals assume that every active client synchronises")
         _float("eta", self.eta, 0, lo_open=True)
         _float("s", self.s, 0, 100, lo_open=True)
         _int("p", self.p, 1)
@@ -314,6 +327,12 @@ class RunConfig:
     @property
     def uses_prox(self) -> bool:
         return self.algo.startswith("fedprox")
+
+    @property
+    def drops_stragglers(self) -> bool:
+        """Whether stragglers are dropped: ``drop_stragglers``, else the algorithm's choice (FedProx keeps
+        their partial work, every other algorithm drops them; docs/design.md#fedprox)."""
+        return (not self.uses_prox) if self.drop_stragglers is None else self.drop_stragglers
 
     @property
     def uses_finetune(self) -> bool:
@@ -401,6 +420,10 @@ class RunConfig:
             d["data"].pop(k)
         if not self.uses_prox:
             d.pop("mu")
+        if self.stragglers:  # only a run with stragglers has them in its key; None resolved to its meaning
+            d["drop_stragglers"] = self.drops_stragglers
+        else:
+            d.pop("stragglers"), d.pop("drop_stragglers")
         if not self.uses_ala:
             for k in ("eta", "s", "p", "threshold", "num_pre_loss", "max_start_epochs",
                       "ala_all_clients", "ala_after"):

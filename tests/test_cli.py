@@ -20,7 +20,7 @@ def test_run_json_one_object_per_algorithm(tmp_path, capsys):
         assert set(r) >= {"algo", "best_acc", "final_acc", "rounds", "seconds", "bytes_up", "bytes_down", "run_dir"}
         assert 0 <= r["final_acc"] <= r["best_acc"] <= 100 and r["rounds"] == 3
         assert (tmp_path / r["run_dir"].split("/")[-1] / "manifest.json").is_file()
-    model_bytes = (64 * 128 + 128 + 128 * 64 + 64 + 64 * 10 + 10) * 4
+    model_bytes = (196 * 128 + 128 + 128 * 64 + 64 + 64 * 10 + 10) * 4  # teach: 14×14 MNIST, MLP 196→128→64→10
     assert rows[0]["bytes_up"] == 3 * 6 * model_bytes and rows[0]["bytes_down"] == 3 * 6 * model_bytes
 
 

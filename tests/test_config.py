@@ -99,7 +99,15 @@ def test_clients_to_resolves_tracking():
 def test_presets():
     t = preset("teach")
     assert (t.data.dataset, t.data.partition, t.data.beta, t.data.num_clients, t.model) == \
-        ("digits", "dirichlet", 0.1, 20, "mlp")
+        ("mnist_mini", "dirichlet", 0.1, 20, "mlp")
+    assert (t.lr, t.batch_size, t.local_epochs, t.rounds, t.record_train_loss) == (0.1, 10, 1, 50, False)
+    # the teach preset before the embedded MNIST subset, kept by name
+    assert preset("teach-digits") == RunConfig(data=DataConfig(dataset="digits", partition="dirichlet", beta=0.1,
+                                                               num_clients=20),
+                                               model="mlp", rounds=50, lr=0.1, checkpoint_every=0)
+    f = preset("teach-fedprox")
+    assert f.replace(algo="fedavg").drops_stragglers and not f.drops_stragglers and f.stragglers > 0
+    assert f.data.dataset == "mnist_mini" and preset("teach-fedlama").data.dataset == "mnist_mini"
     m = preset("mnist-dir0.1", rounds=3)
     assert m.rounds == 3 and m.lr == 0.005 and m.batch_size == 10 and m.data.dataset.startswith("pfllib:")
     with pytest.raises(ConfigError, match="preset='nope'"):

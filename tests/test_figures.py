@@ -18,8 +18,9 @@ ROUNDS = 6
 
 
 def cfg(**kw):
-    """teach (digits Dir(0.1), 20 clients, MLP) cut to a few rounds."""
-    return preset("teach", rounds=ROUNDS, device="cpu", **kw)
+    """teach (the embedded MNIST subset, Dir(0.1), 20 clients, MLP) cut to a few rounds, recording the
+    train-split losses that Fig. 5 draws (the preset itself does not)."""
+    return preset("teach", rounds=ROUNDS, device="cpu", record_train_loss=True, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -265,9 +266,9 @@ def test_accuracy_table_layout_and_renderings(runs):
     sel = [runs[a, s] for a in ("fedavg", "fedala") for s in (0, 1)]
     t = AccuracyTable.from_runs(sel)
     assert list(t.frame_.index) == ["FedAvg", "FedALA"]
-    assert list(t.frame_.columns) == ["digits Dir(0.1) (best)", "digits Dir(0.1) (final)"]
+    assert list(t.frame_.columns) == ["MNIST-mini Dir(0.1) (best)", "MNIST-mini Dir(0.1) (final)"]
     best = [100 * runs["fedala", s].acc.max() for s in (0, 1)]
-    assert t.frame_.loc["FedALA", "digits Dir(0.1) (best)"] == format_mean_std(np.mean(best), np.std(best, ddof=1))
+    assert t.frame_.loc["FedALA", "MNIST-mini Dir(0.1) (best)"] == format_mean_std(np.mean(best), np.std(best, ddof=1))
     md = t.to_markdown().splitlines()
     assert md[0].startswith("| method |") and md[1].startswith("|:---|") and len(md[2].split("|")) == 5
     tex = t.to_latex(label="tab:acc")
@@ -292,6 +293,31 @@ def test_applicability_gain(runs):
     assert t.frame_.loc["FedProx", "gain"] == f"{gain:+.2f}"
 
 
+def test_seed_table_pairs_runs_by_seed_and_reports_the_client_spread(runs):
+    from fedala_lab.analysis.tables import final_spread, format_seed_table, seed_table
+    from fedala_lab.errors import ConfigError
+
+    groups = {"FedAvg": [runs["fedavg", s] for s in (0, 1)], "FedALA": [runs["fedala", s] for s in (1, 0)]}
+    t = seed_table(groups, reference="FedAvg").set_index("label")
+    best = [100 * runs["fedala", s].best_acc for s in (1, 0)]
+    assert t.loc["FedALA", "best_mean"] == pytest.approx(np.mean(best))
+    assert t.loc["FedALA", "best_std"] == pytest.approx(np.std(best, ddof=1))
+    diffs = [100 * (runs["fedala", s].best_acc - runs["fedavg", s].best_acc) for s in (0, 1)]  # same seeds
+    assert t.loc["FedALA", "diff_mean"] == pytest.approx(np.mean(diffs))
+    assert t.loc["FedALA", "diff_std"] == pytest.approx(np.std(diffs, ddof=1))
+    assert t.loc["FedAvg", "diff_mean"] == 0 and list(t["n_seeds"]) == [2, 2]
+    run = runs["fedala", 0]
+    last = run.clients[run.clients["round"] == ROUNDS]
+    assert final_spread(run) == pytest.approx(100 * np.std(last["test_acc"]))
+    assert t.loc["FedALA", "spread_mean"] == pytest.approx(np.mean([final_spread(r) for r in groups["FedALA"]]))
+    text = format_seed_table(t.reset_index())
+    assert list(text.columns) == ["seeds", "best acc %", "final acc %", "client spread", "paired diff of best"]
+    assert text.loc["FedALA", "paired diff of best"] == f"{np.mean(diffs):+.1f} ± {np.std(diffs, ddof=1):.1f}"
+    assert "diff_mean" not in seed_table(groups)
+    with pytest.raises(ConfigError, match="reference='nope'"):
+        seed_table(groups, reference="nope")
+
+
 # ------------------------------------------------------------------------------------- ablations
 
 
@@ -302,7 +328,7 @@ def test_ablation_of_p_counts_ala_weights(runs):
     d = AblationDisplay.from_runs([runs["fedala", 0], runs["fedala", 1], runs["p2", 0]], param="p")
     f = d.frame_
     assert list(f["p"]) == [1, 2] and list(f["n_seeds"]) == [2, 1]
-    assert list(f["ala_weights"]) == [num_ala_weights(MLP(64), 1), num_ala_weights(MLP(64), 2)] == [650, 8906]
+    assert list(f["ala_weights"]) == [num_ala_weights(MLP(196), 1), num_ala_weights(MLP(196), 2)] == [650, 8906]
     # the same count read off the run's own parameter shapes
     shapes = runs["p2", 0].meta["param_shapes"]
     assert f["ala_weights"].iloc[1] == sum(int(np.prod(shapes[n])) for n in runs["p2", 0].meta["ala_params"])

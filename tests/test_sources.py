@@ -1,4 +1,4 @@
-"""Sample pools (fedala_lab.data.sources): digits offline, torchvision layouts on tiny fake files."""
+"""Sample pools (fedala_lab.data.sources): digits and mnist_mini offline, torchvision layouts on tiny fake files."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import SHARED_MNIST
 
-from fedala_lab.data import sources
+from fedala_lab.data import mnist_mini, sources
 from fedala_lab.data.sources import Pool, load_pool, read_idx
 from fedala_lab.errors import ConfigError, DataError, UnsafeFileError
 
@@ -40,6 +41,62 @@ def test_digits_resized_to_28():
     assert abs(float(big.x.mean()) - float(small.x.mean())) < 0.02
     same = load_pool("digits", resize=8)
     assert np.array_equal(same.x, small.x)  # resizing to the native size is a no-op
+
+
+# ------------------------------------------------------------------------------------ mnist_mini
+
+
+def test_mnist_mini_pool_is_the_shipped_balanced_subset():
+    p = load_pool("mnist_mini")
+    assert p.name == "mnist_mini" and p.num_classes == 10 and p.class_names == tuple("0123456789")
+    assert p.x.shape == (3000, 1, 14, 14) and p.x.dtype == np.float32 and p.y.dtype == np.int64
+    assert np.bincount(p.y).tolist() == [300] * 10
+    assert float(p.x.min()) == -1.0 and float(p.x.max()) == 1.0
+    # values are k/255·2−1 for integer k in 0..255, as the other uint8 sources
+    k = (p.x + 1) / 2 * 255
+    assert np.allclose(k, np.round(k), atol=1e-4)
+    x, y = mnist_mini.load()
+    assert (x.dtype, x.shape, y.dtype) == (np.uint8, (3000, 14, 14), np.uint8)
+    assert mnist_mini.fingerprint(x, y) == mnist_mini.SHA256
+    assert mnist_mini.FILE.stat().st_size < 250_000
+    notes = (mnist_mini.FILE.parent / "MNIST_MINI.md").read_text()
+    assert "LeCun" in notes and "Attribution-Share Alike 3.0" in notes and mnist_mini.SHA256 in notes
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    assert '"fedala_lab.data" = ["mnist_mini.npz", "MNIST_MINI.md"]' in pyproject  # shipped in the wheel
+
+
+def test_mnist_mini_recipe():
+    g = np.random.default_rng(3)
+    x = g.integers(0, 256, size=(400, 28, 28), dtype=np.uint8)
+    y = g.permutation(np.repeat(np.arange(10), 40))
+    xs, ys = mnist_mini.draw(x, y, per_label=7)
+    assert xs.shape == (70, 14, 14) and xs.dtype == np.uint8 and np.bincount(ys).tolist() == [7] * 10
+    # each drawn image is a pool image of its label, 2×2 means rounded, kept in pool order
+    small = mnist_mini.downsample(x)
+    where = [next(i for i in range(400) if np.array_equal(small[i], im)) for im in xs]
+    assert where == sorted(where) and y[where].tolist() == ys.tolist()
+    block = np.array([[1, 2], [2, 2]], np.uint8)  # mean 1.75 → 2; [[0, 1], [0, 1]]: 0.5 → 0 (half to even)
+    assert mnist_mini.downsample(np.tile(block, (1, 14, 14)))[0, 0, 0] == 2
+    assert mnist_mini.downsample(np.tile(np.array([[0, 1], [0, 1]], np.uint8), (1, 14, 14)))[0, 0, 0] == 0
+    again = mnist_mini.draw(x, y, per_label=7)
+    assert np.array_equal(again[0], xs) and np.array_equal(again[1], ys)
+    with pytest.raises(ValueError, match="uint8 images"):
+        mnist_mini.draw(x.astype(np.float32), y)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SHARED_MNIST.is_dir(), reason="shared MNIST partition not present")
+def test_mnist_mini_regenerates_from_the_fedala_partition(tmp_path, capsys):
+    import importlib.util
+
+    script = Path(__file__).resolve().parents[1] / "tools" / "make_mnist_mini.py"
+    spec = importlib.util.spec_from_file_location("make_mnist_mini", script)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.main([str(SHARED_MNIST), "--out", str(tmp_path / "m.npz")]) == 0
+    assert "the same arrays as the shipped file" in capsys.readouterr().out
+    with np.load(tmp_path / "m.npz") as z:
+        assert mnist_mini.fingerprint(z["x"], z["y"]) == mnist_mini.SHA256
 
 
 def test_unknown_name_and_bad_resize():

@@ -6,7 +6,7 @@ overfit), so every table carries both the best and the final round.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -43,6 +43,59 @@ def format_mean_std(mean: float, std: float, digits: int = 2) -> str:
     if std is None or (isinstance(std, float) and np.isnan(std)):
         return f"{mean:.{digits}f}"
     return f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def final_spread(run: Run) -> float:
+    """The spread between clients in the last evaluated round: the std of their test accuracies (points)."""
+    r = run.rounds.dropna(subset=["acc"])
+    return 100 * float(r["acc_std"].iloc[-1]) if len(r) else float("nan")
+
+
+def seed_table(groups: Mapping[str, Iterable[Run]], reference: str | None = None) -> pd.DataFrame:
+    """Labelled groups of runs that differ only in their seed, one row each: best and final pooled accuracy
+    (%) and the final round's spread between clients (:func:`final_spread`, points), mean and sample std
+    over seeds; with ``reference`` (a label) also ``diff``: each run's best accuracy minus that of the
+    reference group's run of the same seed (paired), mean and std over the seeds both groups have.
+
+    Columns: label, n_seeds, best_mean, best_std, final_mean, final_std, spread_mean, spread_std and, with
+    a reference, diff_mean, diff_std. :func:`format_seed_table` writes them as "mean ± std".
+    """
+    if reference is not None and reference not in groups:
+        from ..errors import ConfigError
+
+        raise ConfigError("reference", reference, "one of the labels " + ", ".join(map(str, groups)))
+    best = {label: {r.config.seed: 100 * r.best_acc for r in runs} for label, runs in groups.items()}
+    rows = []
+    for label, runs in groups.items():
+        runs = list(runs)
+        row = {"label": label, "n_seeds": len({r.config.seed for r in runs})}
+        for name, values in (("best", [100 * r.best_acc for r in runs]), ("final", [100 * r.final_acc for r in runs]),
+                             ("spread", [final_spread(r) for r in runs])):
+            row[f"{name}_mean"], row[f"{name}_std"] = _mean_std(values)
+        if reference is not None:
+            ref = best[reference]
+            row["diff_mean"], row["diff_std"] = _mean_std([v - ref[s] for s, v in best[label].items() if s in ref])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _mean_std(values) -> tuple[float, float]:
+    a = np.asarray(list(values), dtype=float)
+    if not len(a):
+        return float("nan"), float("nan")
+    return float(a.mean()), float(a.std(ddof=1)) if len(a) > 1 else float("nan")
+
+
+def format_seed_table(table: pd.DataFrame, digits: int = 1) -> pd.DataFrame:
+    """A :func:`seed_table` for reading: one "mean ± std" text per statistic, indexed by label."""
+    out = {"seeds": table["n_seeds"].to_numpy()}
+    names = {"best": "best acc %", "final": "final acc %", "spread": "client spread",
+             "diff": "paired diff of best"}
+    for k, title in names.items():
+        if f"{k}_mean" in table:
+            cells = [format_mean_std(m, s, digits) for m, s in zip(table[f"{k}_mean"], table[f"{k}_std"])]
+            out[title] = [c if k != "diff" or c.startswith("-") else "+" + c for c in cells]
+    return pd.DataFrame(out, index=pd.Index(table["label"], name=None))
 
 
 def sweep_table(result, by: Iterable[str] | None = None) -> pd.DataFrame:
@@ -100,7 +153,7 @@ def _dataset_name(d) -> str:
         return Path(d.dataset[len("pfllib:"):]).name
     if d.dataset.startswith(POOL_PREFIX):  # a PFLlib partition's images, partitioned afresh
         return Path(d.dataset[len(POOL_PREFIX):]).name + " pooled"
-    return {"digits": "digits", "mnist": "MNIST", "fashion_mnist": "Fashion-MNIST", "cifar10": "Cifar10",
+    return {"digits": "digits", "mnist_mini": "MNIST-mini", "mnist": "MNIST", "fashion_mnist": "Fashion-MNIST", "cifar10": "Cifar10",
             "cifar100": "Cifar100"}.get(d.dataset, d.dataset)
 
 

@@ -11,6 +11,7 @@ import numpy as np
 
 # purposes (stream ids): never renumber, or old runs stop reproducing
 SELECT, TRAIN_ORDER, ALA_WINDOW, FINETUNE, MODEL_INIT = 1, 2, 3, 4, 5
+STRAGGLERS = 6  # which selected clients straggle (server draw) and how many steps each does (its own draw)
 SERVER = -1  # the "client" id of server-side draws
 
 

@@ -7,8 +7,12 @@ the partition functions in :mod:`fedala_lab.data.partition` split it.
 
 Sources:
 
-- ``digits``: scikit-learn's bundled 8×8 digits (1,797 images, pixel values 0..16). Works offline and is
-  the default; not in the paper (it is a stand-in small enough for a laptop and for tests).
+- ``mnist_mini``: 3,000 real MNIST digits (300 per label) at 14×14, shipped inside the package
+  (:mod:`fedala_lab.data.mnist_mini`: source, CC BY-SA 3.0 licence, how it was drawn). Works offline and
+  instantly; the lecture's default (``preset("teach")``).
+- ``digits``: scikit-learn's bundled 8×8 digits (1,797 images, pixel values 0..16). Works offline; the
+  ``DataConfig`` default and the ``teach-digits`` preset. Neither is in the paper: they are stand-ins small
+  enough for a laptop and for tests.
 - ``mnist``, ``fashion_mnist``: the idx files in torchvision's layout ``<root>/MNIST/raw/`` and
   ``<root>/FashionMNIST/raw/``. They are read here (uncompressed or ``.gz``), so a half-finished
   torchvision extraction still loads; torchvision (which wants the uncompressed files) is used only to
@@ -41,7 +45,7 @@ from ..config import default_data_root, pool_directory
 from ..errors import ConfigError, DataError
 from .pfllib import restricted_load
 
-SOURCES = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100")
+SOURCES = ("digits", "mnist_mini", "mnist", "fashion_mnist", "cifar10", "cifar100")
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: arrays have no truth value, compare by identity
@@ -78,6 +82,8 @@ def load_pool(name: str, *, root: str | None = None, download: bool = False,
         pool = pfllib_pool(pooled)
     elif name == "digits":
         pool = _digits()
+    elif name == "mnist_mini":
+        pool = _mnist_mini()
     elif name in ("mnist", "fashion_mnist"):
         pool = _mnist_like(name, root_path, download)
     else:
@@ -125,6 +131,13 @@ def _digits() -> Pool:
     x = (d.images.astype(np.float32) / np.float32(16.0) * np.float32(2.0) - np.float32(1.0))[:, None]
     return Pool("digits", np.ascontiguousarray(x), d.target.astype(np.int64), 10,
                 tuple(str(int(c)) for c in d.target_names))
+
+
+def _mnist_mini() -> Pool:
+    from . import mnist_mini
+
+    x, y = mnist_mini.load()
+    return Pool("mnist_mini", _scale_uint8(x)[:, None], y.astype(np.int64), 10, _MNIST_CLASSES["mnist"])
 
 
 # ---------------------------------------------------------------------------- pooled PFLlib partition

@@ -17,10 +17,10 @@ import pandas as pd
 import torch
 
 CLIENT_COLS = ["round", "client", "selected", "test_acc", "test_loss", "test_correct", "test_num",
-               "train_loss", "init_loss", "trained_loss", "seconds"]
+               "train_loss", "init_loss", "trained_loss", "seconds", "straggler", "local_steps"]
 ROUND_COLS = ["round", "acc", "acc_std", "test_loss", "train_loss", "init_loss", "trained_loss", "best_acc",
-              "num_selected", "bytes_up", "bytes_down", "seconds", "init_seconds", "eval_seconds",
-              "train_seconds", "aggregate_seconds"]
+              "num_selected", "stragglers", "dropped", "bytes_up", "bytes_down", "seconds", "init_seconds",
+              "eval_seconds", "train_seconds", "aggregate_seconds"]
 ALA_COLS = ["round", "client", "epoch", "loss", "loss_mean", "start_phase", "capped"]
 
 

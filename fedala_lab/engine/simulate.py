@@ -9,8 +9,9 @@ Per round t (docs/design.md#federated-loop, the loop the FedALA paper evaluates)
    global one (``algo.initialise``: FedAvg copies G, FedALA runs ALA);
 3. every client's model is evaluated on its own test split *before* local training (pooled accuracy
    Σ correct / Σ n_test; ``eval_every`` thins this out);
-4. each selected client trains E epochs of plain SGD from its initialised model;
-5. the server aggregates the selected clients' models (``algo.aggregate``).
+4. each selected client trains E epochs of plain SGD from its initialised model; with ``stragglers`` some
+   do only part of that work, or are dropped (engine/stragglers.py, docs/design.md#fedprox);
+5. the server aggregates the models it received (``algo.aggregate``).
 
 All clients' parameters live stacked on a leading client dimension (``local_params[name]`` is
 (N, *shape)); the backend (loop or vectorised, compute/backends.py; on a CPU local training in worker
@@ -49,10 +50,11 @@ from ..errors import ConfigError, RunCancelled, TrainingDiverged
 from ..models import build_model, num_parameters
 from ..record.run import Run
 from .recorder import Recorder
+from .stragglers import LocalWork, draw_work
 
 SMALL_MODEL = 200_000  # parameters from which a client at a time beats the vectorised backend on a CPU
 EVAL_CHUNK = 256  # rows per client per evaluation step (memory, not results, depends on it)
-CHECKPOINT_FORMAT = 2  # 2: the algorithm's state as one typed value (1: a dict of "ala.w.…" keys)
+CHECKPOINT_FORMAT = 3  # 3: straggler columns in the recorder; 2: the algorithm's state as one typed value
 
 
 def resolve_device(name: str) -> torch.device:
@@ -235,15 +237,18 @@ class Simulation:
                 "buffers": {k: v[clients] for k, v in buffers.items()}}
 
     def train_plan(self, t: int, clients: torch.Tensor, *, epochs: int | None = None,
-                   steps: int | None = None, stream: int = rng.TRAIN_ORDER) -> BatchPlan:
-        """Local SGD batches: ``epochs`` passes over each client's train split, or exactly ``steps`` batches.
+                   steps: int | None = None, stream: int = rng.TRAIN_ORDER,
+                   limits: dict[int, int] | None = None) -> BatchPlan:
+        """Local SGD batches: ``epochs`` passes over each client's train split, or exactly ``steps`` batches;
+        ``limits`` cuts some clients' work to their first so many batches (stragglers).
 
         Reference order by default: the split in its stored order every time, last partial batch dropped.
         """
         cfg = self.cfg
         ids = tuple(clients.cpu().tolist())
         key = (ids, epochs, steps, stream)
-        if not cfg.shuffle and key in self._plans:
+        cache = not cfg.shuffle and not limits  # stragglers' cuts change every round
+        if cache and key in self._plans:
             return self._plans[key]
         b = cfg.batch_size
         batches = []
@@ -263,11 +268,21 @@ class Simulation:
                     if steps is not None and len(seq) == steps:
                         break
                 epoch += 1
-            batches.append(seq)
+            batches.append(seq[:limits[c]] if limits and c in limits else seq)
         plan = self.plan_from(batches)
-        if not cfg.shuffle:
+        if cache:
             self._plans[key] = plan
         return plan
+
+    def local_work(self, t: int, selected: torch.Tensor, *, epochs: int | None = None,
+                   steps: int | None = None) -> tuple[BatchPlan, LocalWork]:
+        """Round ``t``'s local training plan of the selected clients, with the stragglers' work cut short
+        or dropped (engine/stragglers.py; docs/design.md#fedprox), and who straggled."""
+        ids = selected.cpu().numpy()
+        per_epoch = self.batches_per_epoch(self.train_sizes[ids])
+        full = per_epoch * epochs if steps is None else np.where(per_epoch > 0, steps, 0)
+        work = draw_work(self.cfg, t, ids, full, self.num_clients)
+        return self.train_plan(t, selected, epochs=epochs, steps=steps, limits=work.limits), work
 
     def eval_plan(self, split: str) -> BatchPlan:
         key = ("eval", split)
@@ -389,7 +404,7 @@ class Simulation:
         # 4. local training of the selected clients
         tic = time.perf_counter()
         steps = algo.local_steps or cfg.local_steps  # a round of SGD steps rather than epochs when set
-        plan = self.train_plan(t, selected, epochs=None if steps else cfg.local_epochs, steps=steps)
+        plan, work = self.local_work(t, selected, epochs=None if steps else cfg.local_epochs, steps=steps)
         timings = [] if self.backend.name in ("loop", "workers") else None
         trained, aux = self.run_steps(self.sgd_step, self.gather(selected), {"global": self.global_params}, plan,
                                       self.data.train_x, self.data.train_y, train=True, timings=timings)
@@ -400,6 +415,8 @@ class Simulation:
         valid = plan.sizes > 0  # aux is NaN where a client had no batch; a NaN loss elsewhere is divergence
         losses = np.where(valid, aux[..., 0], 0.0)
         n_steps = valid.sum(1)
+        local_steps = np.zeros(n, dtype=np.int64)
+        local_steps[sel_mask] = n_steps
         with np.errstate(all="ignore"):
             sel_train_loss = np.where(n_steps > 0, losses.sum(1) / np.maximum(n_steps, 1), np.nan)
         diverged = ~np.isfinite(losses).all(1)
@@ -410,11 +427,13 @@ class Simulation:
             seconds[sel_mask] = timings
         t_train = time.perf_counter() - tic
 
+        senders = work.senders(selected)  # the selected clients that were not dropped
+        sent_mask = sel_mask & ~work.dropped
         trained_loss = nan.copy()
-        if evaluated and cfg.record_train_loss:
+        if evaluated and cfg.record_train_loss and len(senders):
             tic = time.perf_counter()
-            tr = self.evaluate(self.local_params, self.local_buffers, "train", clients=selected)
-            trained_loss[sel_mask] = tr["loss_sum"] / np.maximum(tr["num"], 1)
+            tr = self.evaluate(self.local_params, self.local_buffers, "train", clients=senders)
+            trained_loss[sent_mask] = tr["loss_sum"] / np.maximum(tr["num"], 1)
             t_eval += time.perf_counter() - tic
         rec.snapshot_models(t, "end", self.local_params)
 
@@ -423,7 +442,7 @@ class Simulation:
 
         # 5. server aggregation
         tic = time.perf_counter()
-        bytes_up = algo.aggregate(self, t, selected)
+        bytes_up = algo.aggregate(self, t, senders) if len(senders) else 0  # nobody sent: G stays
         t_agg = time.perf_counter() - tic
         seconds_round = time.perf_counter() - t_start
         self.seconds += seconds_round
@@ -437,6 +456,7 @@ class Simulation:
                 "test_acc": acc_c, "test_loss": test["loss_sum"] / np.maximum(test["num"], 1),
                 "test_correct": test["correct"].astype(np.int64), "test_num": test["num"].astype(np.int64),
                 "train_loss": train_loss, "init_loss": init_loss, "trained_loss": trained_loss, "seconds": seconds,
+                "straggler": work.straggler, "local_steps": local_steps,
             })
             acc = float(test["correct"].sum() / max(test["num"].sum(), 1))
             acc_std = float(np.nanstd(acc_c)) if np.isfinite(acc_c).any() else float("nan")
@@ -445,7 +465,7 @@ class Simulation:
             acc = acc_std = test_loss = float("nan")
         prev_best = [b for b in rec.rounds["best_acc"] if not math.isnan(b)]
         best = max([acc, *prev_best]) if not math.isnan(acc) else (prev_best[-1] if prev_best else math.nan)
-        w_all, w_sel = self.train_sizes, self.train_sizes[sel_mask]
+        w_all, w_sel = self.train_sizes, self.train_sizes[sel_mask] * sent_mask[sel_mask]  # dropped: weight 0
         row = {
             "round": t, "acc": acc, "acc_std": acc_std, "test_loss": test_loss,
             "train_loss": float(np.nansum(sel_train_loss * w_sel) / max(w_sel.sum(), 1)),
@@ -454,6 +474,7 @@ class Simulation:
             "trained_loss": float(np.nansum(trained_loss[sel_mask] * w_sel) / max(w_sel.sum(), 1))
             if evaluated and cfg.record_train_loss else float("nan"),
             "best_acc": best, "num_selected": int(sel_mask.sum()),
+            "stragglers": int(work.straggler.sum()), "dropped": int(work.dropped.sum()),
             "bytes_up": int(bytes_up), "bytes_down": int(bytes_down), "seconds": seconds_round,
             "init_seconds": t_init, "eval_seconds": t_eval, "train_seconds": t_train, "aggregate_seconds": t_agg,
         }

@@ -5,10 +5,12 @@ Tables (pandas, saved as CSV):
 - ``clients``: one row per (round, client) that was evaluated: ``test_acc``, ``test_loss``, ``test_correct``,
   ``test_num`` (the client's current model *before* local training, as the paper evaluates), ``train_loss``
   (mean loss of its local training batches), ``init_loss`` / ``trained_loss`` (loss over its whole train split
-  of the initialised and of the trained local model, Fig. 5), ``selected``, ``seconds`` (loop and workers backends).
+  of the initialised and of the trained local model, Fig. 5), ``selected``, ``seconds`` (loop and workers backends),
+  ``straggler`` (drawn as a straggler this round) and ``local_steps`` (the SGD steps it did: its full work,
+  a straggler's part, 0 when dropped or not selected; docs/design.md#fedprox).
 - ``rounds``: one row per round: pooled ``acc`` (Σ correct / Σ test samples), ``acc_std`` (unweighted std of
   per-client accuracies), ``test_loss``, ``init_loss``, ``trained_loss`` (sample-weighted), ``best_acc`` so far,
-  ``bytes_up``, ``bytes_down``, seconds per phase.
+  ``num_selected``, ``stragglers`` and ``dropped`` (clients), ``bytes_up``, ``bytes_down``, seconds per phase.
 - ``ala``: one row per ALA weight-learning pass of a tracked client (Fig. 3): ``round``, ``client``, ``epoch``,
   ``loss`` (last batch, the reference's convergence signal), ``loss_mean`` (mean over the pass),
   ``start_phase``, ``capped`` (the start phase hit ``max_start_epochs`` without converging).
