@@ -33,6 +33,25 @@ class DataError(FedalaError, ValueError):
     """Data files are missing, corrupt or unsafe, or a partition request cannot be met."""
 
 
+class SplitFailed(DataError):
+    """A Dirichlet split found no draw that gives every client ``least`` samples (``best``: the largest
+    smallest client reached). The attributes let an interface word the advice in its own terms."""
+
+    def __init__(self, message: str, *, beta: float, clients: int, samples: int, least: int, best: int,
+                 tries: int):
+        super().__init__(message)
+        self.beta, self.clients, self.samples, self.least, self.best, self.tries = (
+            beta, clients, samples, least, best, tries)
+
+
+class FilesMissing(DataError):
+    """A dataset's files are not on this machine (``dataset``, ``folder``): fetch them or copy them there."""
+
+    def __init__(self, message: str, *, dataset: str, folder: str):
+        super().__init__(message)
+        self.dataset, self.folder = dataset, folder
+
+
 class UnsafeFileError(DataError):
     """A file asked us to unpickle something other than plain numpy arrays."""
 

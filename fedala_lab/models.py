@@ -72,7 +72,7 @@ def SmallCNN(in_channels: int = 1, num_classes: int = 10, image_size: int = 8, w
 
     Same four blocks as FedAvgCNN, so p = 1…4 means the same thing; about 14k parameters at width 16.
     """
-    side = image_size // 4
+    side = image_size // 2 // 2  # two 2×2 max-pools, each rounding down (14×14 MNIST-mini: 7, then 3)
     return BlockNet({
         "conv1": _conv_block(in_channels, width, 3, 1),  # (C,8,8) -> (w,4,4)
         "conv2": _conv_block(width, 2 * width, 3, 1),  # -> (2w,2,2)
@@ -239,9 +239,9 @@ def _construct(name, shape, num_classes, vocab_size):
                               f"least 16×16, the data has shape {shape}", "use resize=28 or model=smallcnn")
         return FedAvgCNN(in_channels=shape[0], num_classes=num_classes, dim=_cnn_dim(shape))
     if name == "smallcnn":
-        if len(shape) != 3 or shape[1] != shape[2] or shape[1] % 4:
+        if len(shape) != 3 or shape[1] != shape[2] or shape[1] < 4:
             raise ConfigError("model", name, "a model that fits the data: SmallCNN needs square images "
-                              f"whose side is a multiple of 4, the data has shape {shape}")
+                              f"of at least 4×4, the data has shape {shape}")
         return SmallCNN(in_channels=shape[0], num_classes=num_classes, image_size=shape[1])
     if name == "mlp":
         return MLP(int(math.prod(shape)), num_classes)

@@ -223,7 +223,7 @@ def test_stop_before_a_queued_job_starts_keeps_what_the_page_shows(app):
 
 
 def test_trajectory_draws_fig4(app):
-    fig, table, note = app.trajectory(2, 5, 2, 7, **{**SMALL, "rounds": 8})
+    fig, table, note = app.trajectory(2, 5, 2, 7, "settings", **{**SMALL, "rounds": 8})
     from matplotlib.contour import ContourSet
     from matplotlib.quiver import Quiver
 
@@ -235,9 +235,9 @@ def test_trajectory_draws_fig4(app):
     assert list(table["label"]) == ["FedAvg", "FedALA"]
     assert "rounds 3–8" in note and "after round 5" in note
     with pytest.raises(gr.Error, match="K=8 is not allowed"):
-        app.trajectory(2, 8, 2, 7, **{**SMALL, "rounds": 8})
+        app.trajectory(2, 8, 2, 7, "settings", **{**SMALL, "rounds": 8})
     with pytest.raises(gr.Error, match="client=10 is not allowed: a client id from 0 to 9"):
-        app.trajectory(10, 5, 2, 7, **{**SMALL, "rounds": 8})
+        app.trajectory(10, 5, 2, 7, "settings", **{**SMALL, "rounds": 8})
 
 
 def test_ablation_sweeps_p_and_refuses_p_beyond_the_model(app):
@@ -355,3 +355,43 @@ def test_warm_up_runs_the_default_path_quietly(caplog, tmp_path, monkeypatch):
         ui.warm_up()
     assert not [r for r in caplog.records if "warm-up failed" in r.getMessage()]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_trajectory_follows_the_papers_protocol_by_default(app):
+    _, table, note = app.trajectory(2, 5, 2, 7, "paper", **{**SMALL, "rounds": 8})
+    assert "pathological, 2 labels per client" in note.split(":")[0]
+    assert list(table["label"]) == ["FedAvg", "FedALA"]
+    with pytest.raises(gr.Error, match="setting='nope'"):
+        app.trajectory(2, 5, 2, 7, "nope", **{**SMALL, "rounds": 8})
+
+
+def test_recorded_figures_are_offered_with_their_findings_or_how_to_make_them(tmp_path):
+    import json
+
+    from fedala_lab.webapp.recorded import COMMAND, recorded_figure
+
+    path, caption = recorded_figure("fig4", tmp_path)
+    assert path is None and COMMAND in caption
+    (tmp_path / "index.json").write_text(json.dumps({"figures": {"fig4": {
+        "paper": "Fig. 4", "title": "trajectories", "files": ["fig4_trajectory.pdf", "fig4_trajectory.png"],
+        "only_command": f"{COMMAND} --only fig4", "findings": ["FedALA ends lower"]}}}))
+    path, caption = recorded_figure("fig4", tmp_path)
+    assert path is None and "missing" in caption  # listed but not there
+    (tmp_path / "fig4_trajectory.png").write_bytes(b"\x89PNG")
+    path, caption = recorded_figure("fig4", tmp_path)
+    assert path == str(tmp_path / "fig4_trajectory.png")
+    assert caption.startswith("**Recorded, not live**") and "- FedALA ends lower" in caption
+    assert recorded_figure("fig9", tmp_path)[0] is None
+
+
+def test_data_problems_are_told_in_the_apps_terms(app, tmp_path, monkeypatch):
+    # a Dirichlet split the 3,000-image subset cannot give 50 clients: the app's controls, not least_samples
+    with pytest.raises(gr.Error, match=r"cannot split 3,000 images among 50 clients.*fewer clients or a larger β"):
+        app.partition(**{**DATA, "dataset": "mnist_mini", "partition": "dirichlet", "num_clients": 50,
+                         "beta": 0.1})
+    # files not on this machine: the Download button, never a fetch by itself
+    monkeypatch.setenv("FEDALA_LAB_DATA", str(tmp_path))
+    with pytest.raises(gr.Error, match="fashion_mnist is not on this machine.*Download"):
+        app.partition(**{**DATA, "dataset": "fashion_mnist"})
+    assert list(tmp_path.iterdir()) == []
+    assert "nothing to download" in app.download("mnist_mini")

@@ -176,8 +176,8 @@ def test_client_accuracy_displays(runs):
 def test_text_of_a_setting():
     from fedala_lab.analysis.tables import data_title, run_settings
 
-    assert data_title(cfg().data) == "digits, Dir(β=0.1), 20 clients"
-    assert data_title(cfg(partition="pathological").data) == "digits, pathological, 2 labels per client, 20 clients"
+    assert data_title(cfg().data) == "MNIST-mini, Dir(β=0.1), 20 clients"
+    assert data_title(cfg(partition="pathological").data) == "MNIST-mini, pathological, 2 labels per client, 20 clients"
     assert run_settings(cfg(algo="fedavg")) == "lr 0.1, batch 10, E 1, ρ 1"
     assert run_settings(cfg(algo="fedprox+ala")) == "lr 0.1, batch 10, E 1, ρ 1, μ 0.001, η 1, s 80, p 1"
     assert run_settings(cfg(ala_after=30)).endswith("p 1, ALA after round 30")

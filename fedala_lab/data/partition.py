@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, SplitFailed
 
 # Dirichlet tries simulated at once (vectorised), capped so a batch's cut table stays a few tens of MB.
 # Depends only on the request, so a seed always gives the same split.
@@ -245,11 +245,11 @@ def dirichlet(labels, num_clients: int, beta: float, rng, *, least_samples: int 
                 for c, part in enumerate(np.split(idx, cuts[row])):
                     chunks[c].append(part)
             return _finish(chunks, rng)
-    raise DataError(
+    raise SplitFailed(
         f"dirichlet split failed: after {max_tries} draws (beta={beta}, {n} clients, {total} samples, "
         f"{len(classes)} classes) the smallest client had at best {best} samples, below "
         f"least_samples={least}. Use fewer clients, a larger beta, a smaller least_samples, "
-        "or more max_tries"
+        "or more max_tries", beta=float(beta), clients=n, samples=total, least=least, best=best, tries=max_tries
     )
 
 

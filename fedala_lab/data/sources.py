@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import default_data_root, pool_directory
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, FilesMissing
 from .pfllib import restricted_load
 
 SOURCES = ("digits", "mnist_mini", "mnist", "fashion_mnist", "cifar10", "cifar100")
@@ -346,10 +346,10 @@ def _download(name: str, folder: Path, expected, fetch) -> None:
         ) from None
 
 
-def _missing_error(name: str, folder: Path, expected, missing, download: bool, note: str = "") -> DataError:
+def _missing_error(name: str, folder: Path, expected, missing, download: bool, note: str = "") -> FilesMissing:
     how = ("the download finished but they are still missing" if download else
            "pass download=True (CLI --download) to fetch them, or copy them there by hand")
-    return DataError(
+    return FilesMissing(
         f"{name} files not found: {folder}{os.sep} must contain {', '.join(expected)}{note}; "
-        f"missing: {', '.join(missing)}. {how[0].upper() + how[1:]}."
+        f"missing: {', '.join(missing)}. {how[0].upper() + how[1:]}.", dataset=name, folder=str(folder)
     )

@@ -4,7 +4,7 @@
     fedala-lab app --port 7861        # from an installed package
 
 It listens on 127.0.0.1:7860 by default, creates no public link unless ``--share`` is given, sends no
-analytics and fetches nothing from the network: the defaults run on scikit-learn's embedded 8×8 digits.
+analytics and fetches nothing from the network: the defaults run on the embedded MNIST subset (3,000 digits).
 Runs are cached in a run store of the app's own (``$FEDALA_LAB_APP_RUNS`` or ``./runs/app``), so the same
 settings again are instant; the Runs tab reads only that store.
 

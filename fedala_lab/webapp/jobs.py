@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import gradio as gr
 
 from ..config import algo_label
-from ..errors import FedalaError, RunCancelled
+from ..errors import FedalaError, FilesMissing, RunCancelled, SplitFailed
 from ..experiments.runs import RunCache
 from ..record.run import Run
 from ..record.store import RunStore
@@ -48,6 +48,13 @@ def friendly(fn):
             return fn(*args, **kwargs)
         except gr.Error:
             raise
+        except FilesMissing as err:  # the app fetches nothing by itself: the Data tab has a Download button
+            raise gr.Error(html_text(
+                f"{err.dataset} is not on this machine (looked in {err.folder}). Press “Download” on the Data tab "
+                "(needs the network; MNIST ≈ 12 MB, CIFAR ≈ 170 MB), or choose the embedded MNIST subset."),
+                print_exception=False) from err
+        except SplitFailed as err:  # the app has no least_samples / max_tries: say it with its own controls
+            raise gr.Error(html_text(split_advice(err)), print_exception=False) from err
         except FedalaError as err:
             raise gr.Error(html_text(str(err)), print_exception=False) from err
         except Exception as err:  # a bug: keep the server's log complete, the page readable and usable
@@ -61,6 +68,14 @@ def friendly(fn):
             ) from err
 
     return wrapper
+
+
+def split_advice(err: SplitFailed) -> str:
+    """A failed Dirichlet split in the app's terms (clients N, β), with the library's numbers."""
+    return (f"Dirichlet β={err.beta:g} cannot split {err.samples:,} images among {err.clients} clients so that "
+            f"each gets at least {err.least} (what a client needs for a training and a test batch, as in the "
+            f"paper's code): in {err.tries:,} draws the smallest client got at best {err.best}. Choose fewer "
+            "clients or a larger β, or a dataset with more images (MNIST instead of the 3,000-image subset).")
 
 
 @dataclass

@@ -16,7 +16,8 @@ from ..experiments.presets import preset
 from .widgets import Number, Slider, whole_slider
 
 DATASET_CHOICES = [
-    ("digits (8×8, embedded)", "digits"),
+    ("MNIST subset (3,000 real digits, 14×14, embedded)", "mnist_mini"),
+    ("digits (scikit-learn 8×8, embedded)", "digits"),
     ("MNIST", "mnist"),
     ("Fashion-MNIST", "fashion_mnist"),
     ("CIFAR-10", "cifar10"),
@@ -24,7 +25,7 @@ DATASET_CHOICES = [
 ]
 PARTITION_CHOICES = [("IID", "iid"), ("pathological", "pathological"), ("Dirichlet", "dirichlet")]
 MODEL_CHOICES = [
-    ("MLP 64→128→64→10 (fast)", "mlp"),
+    ("MLP pixels→128→64→10 (fast)", "mlp"),
     ("small CNN (≈2× slower)", "smallcnn"),
     ("auto (CNN by image size)", "auto"),
     ("FedAvgCNN (paper, needs 28×28)", "fedavgcnn"),
@@ -37,7 +38,8 @@ TRAIN_ALGOS = [
 
 DATA_FIELDS = ("dataset", "partition", "num_clients", "beta", "classes_per_client")
 TRAIN_FIELDS = ("model", "rounds", "join_ratio", "lr", "batch_size", "mu", "eta", "s", "p", "seed")
-# The "teach" preset is the default of every widget: digits, 20 clients, Dir(0.1), MLP, lr 0.1, 50 rounds.
+# The "teach" preset is the default of every widget: the embedded MNIST subset, 20 clients, Dir(0.1), MLP,
+# lr 0.1, 50 rounds.
 _TEACH = preset("teach")
 DEFAULTS = {k: getattr(_TEACH.data, k) for k in DATA_FIELDS} | {k: getattr(_TEACH, k) for k in TRAIN_FIELDS}
 # Settings the config holds as floats: widgets may send 0 for 0.0, converted before validation so that

@@ -1,7 +1,7 @@
 """The lecture app's page: the data settings above the tabs, one tab per module of :mod:`.tabs`, and the
 wiring that makes each tab's job a named API endpoint with Run, Stop and progress.
 
-Each tab's action is one method of :class:`LectureApp` and one named API endpoint (``partition``,
+Each tab's action is one method of :class:`LectureApp` and one named API endpoint (``partition``, ``download``,
 ``train``, ``ala``, ``trajectory``, ``ablation``, ``fedlama``, ``runs``, and ``stop``), so scripts and tests
 drive the app with ``gradio_client`` exactly as the page does. Handlers compute nothing themselves: they
 build a :class:`~fedala_lab.config.RunConfig` (whose validation is the app's input check), get the runs from
@@ -39,6 +39,7 @@ class LectureApp(Jobs):
     """The app's handlers, bound to one run store. Each public method is one tab's action."""
 
     partition = data_tab.partition
+    download = data_tab.download
     train = train_tab.train
     train_clients = train_tab.clients
     ala = ala_tab.ala

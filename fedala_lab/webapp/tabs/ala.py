@@ -9,6 +9,7 @@ import gradio as gr
 from ...errors import ConfigError
 from ...experiments.runs import tracked_run
 from ..jobs import job
+from ..recorded import recorded_panel
 from ..settings import DEFAULTS, ala_settings, make_config, whole
 from ..widgets import follow, mirror, plot, run_stop, table, whole_slider
 from . import Panel
@@ -57,6 +58,8 @@ def build(app, settings) -> Panel:
     weights_plot = plot(label="ALA weights W (Fig. 2)", elem_id="ala-weights-plot")
     loss_plot = plot(label="ALA loss (Fig. 3)", elem_id="ala-loss-plot")
     summary = table(label="W per tensor", elem_id="ala-table")
+    recorded_panel("fig2", "The paper's setting, recorded: Fig. 2 on real MNIST Dir(0.1) with the paper's CNN")
+    recorded_panel("fig3", "The paper's setting, recorded: Fig. 3 on real MNIST with the paper's CNN")
     follow(settings["num_clients"], client, "client", lambda n: n - 1)
     follow(settings["rounds"], round_, "round", lambda t: max(t, 2), lo=2)
     return Panel("ala", run, stop, status, [client, round_], [weights_plot, loss_plot, summary],

@@ -23,6 +23,24 @@ def partition(app, dataset, partition, num_clients, beta, classes_per_client, ki
     return disp.figure_, data.summary(counts=disp.counts_)  # the counts just drawn, not recounted
 
 
+EMBEDDED = ("mnist_mini", "digits")
+DOWNLOAD_PROGRESS = gr.Progress(track_tqdm=True)  # torchvision's download bars, shown on the page
+
+
+@friendly
+def download(app, dataset, progress=DOWNLOAD_PROGRESS):
+    """Fetch ``dataset``'s files into the data folder (torchvision's mirrors; the only network use of the app,
+    and only on this button). Returns a one-line status."""
+    from ...config import default_data_root
+    from ...data.sources import load_pool
+
+    if dataset in EMBEDDED:
+        return f"{dataset} ships with the package: nothing to download."
+    progress(0, desc=f"downloading {dataset} into {default_data_root()}")
+    pool = load_pool(dataset, download=True)
+    return f"{dataset}: {len(pool):,} images ready in {default_data_root()}."
+
+
 def build(app, demo, settings) -> None:
     kind = gr.Radio([("bubbles", "bubble"), ("heatmap", "heatmap")], value="bubble", label="view",
                     elem_id="data-kind")
@@ -30,7 +48,11 @@ def build(app, demo, settings) -> None:
         data_plot = plot(label="samples per client and label", elem_id="data-plot", scale=3)
         data_table = gr.Dataframe(label="per client", elem_id="data-table", max_height=420, interactive=False,
                                   scale=1)
+    with gr.Row():
+        fetch = gr.Button("Download the chosen dataset (needs the network)", elem_id="data-download", scale=1)
+        fetched = gr.Markdown(elem_id="data-download-status")
     s = settings
+    fetch.click(app.download, [s["dataset"]], [fetched], api_name="download", concurrency_limit=1)
     gr.on([s["dataset"].change, s["partition"].change, s["num_clients"].release,
            s["classes_per_client"].release, s["beta"].submit, s["beta"].blur, kind.change, demo.load],
           app.partition, s.data_inputs + [kind], [data_plot, data_table], api_name="partition",
