@@ -368,7 +368,7 @@ def test_trajectory_follows_the_papers_protocol_by_default(app):
 def test_recorded_figures_are_offered_with_their_findings_or_how_to_make_them(tmp_path):
     import json
 
-    from fedala_lab.webapp.recorded import COMMAND, recorded_figure
+    from fedala_lab.reproduce.recorded import COMMAND, recorded_figure
 
     path, caption = recorded_figure("fig4", tmp_path)
     assert path is None and COMMAND in caption
@@ -395,3 +395,38 @@ def test_data_problems_are_told_in_the_apps_terms(app, tmp_path, monkeypatch):
         app.partition(**{**DATA, "dataset": "fashion_mnist"})
     assert list(tmp_path.iterdir()) == []
     assert "nothing to download" in app.download("mnist_mini")
+
+
+def test_fedprox_scenario_sets_stragglers_and_both_methods_train(app):
+    from fedala_lab.webapp.settings import SCENARIO_FIELDS, scenario_values
+
+    values, algos = scenario_values("fedprox")
+    got = dict(zip(SCENARIO_FIELDS, values))
+    assert (got["partition"], got["classes_per_client"], got["local_epochs"], got["stragglers"], got["mu"]) == \
+        ("pathological", 2, 5, 0.9, 1.0) and algos == ["fedavg", "fedprox"]
+    assert dict(zip(SCENARIO_FIELDS, scenario_values("teach")[0]))["stragglers"] == 0.0
+    small = {**SMALL, "partition": "pathological", "local_epochs": 2, "stragglers": 0.5, "mu": 0.1}
+    _, _, table, _ = app.train(["fedavg", "fedprox"], **small)
+    assert list(table["algorithm"]) == ["FedAvg", "FedProx"] and table["best acc %"].notna().all()
+    runs = [app.store.find(ui.make_config(algo=a, **small)) for a in ("fedavg", "fedprox")]
+    assert all((r.rounds["stragglers"] > 0).all() for r in runs)
+    assert (runs[0].rounds["dropped"] > 0).all() and (runs[1].rounds["dropped"] == 0).all()
+    with pytest.raises(gr.Error, match="stragglers=1.5 is not allowed"):
+        app.train(["fedprox"], **{**small, "stragglers": 1.5})
+
+
+def test_heterogeneity_ladder_runs_fedavg_on_every_split_over_seeds(app):
+    from fedala_lab.webapp.tabs.data import LADDER
+
+    small = {**SMALL, "rounds": 3}
+    fig, text, status = app.ladder(2, **small)
+    assert list(text["split"]) == list(LADDER) and (text["seeds"] == 2).all()
+    assert text.loc[0, "paired diff of best"].startswith("+0.0")  # IID against itself
+    bars = [p for p in fig.axes[0].patches]
+    assert len(bars) == len(LADDER)
+    for split in LADDER.values():  # every split's runs are in the store, FedAvg, seeds 0 and 1
+        for seed in (0, 1):
+            assert app.store.find(ui.make_config(algo="fedavg", **{**small, **split, "seed": seed})) is not None
+    assert "run(s)" in status
+    with pytest.raises(gr.Error, match="seeds=9 is not allowed"):
+        app.ladder(9, **small)

@@ -509,6 +509,15 @@ def test_mnist_plan_budget_and_shape():
     assert plan.recorded(plan.practical.replace(algo="fedala")).kept_rounds() == [3, 15]
     assert not plan.recorded(plan.practical.replace(algo="fedprox")).record_train_loss
     assert build_plan("mnist", fig4=(8, 6, 13)).fig4["search"] == (8, 8)
+    # every K the search may pick gives valid configs (the window clipped at round 1), and the FedAvg run
+    # read first is the tables' one
+    from fedala_lab.reproduce.paper import _fig4_from_fedavg, _fig4_table_cfg
+
+    assert _fig4_table_cfg(plan) == fedavg_pat.replace(seed=plan.seeds[0])
+    for K in range(1, 13):
+        table, fa, fl = _fig4_from_fedavg(plan, K)
+        assert table == fedavg_pat and fl.ala_after == K and fl.snapshot_from == max(1, K - 2)
+        assert fa.rounds >= fl.rounds == K + 5
 
 
 def _mnist_cut(tmp_path, monkeypatch):

@@ -12,6 +12,7 @@
 | ConvergenceDisplay        | Fig. 5           | ``from_runs(runs)``                                       |
 | ClientAccuracyDisplay     | —                | ``from_runs(runs)``: each client's final accuracy         |
 | ClientSpreadDisplay       | —                | ``from_runs(runs)``: box + points over clients (seaborn)  |
+| HeterogeneityDisplay      | —                | ``from_runs({split: runs})``: FedAvg over splits, seeds   |
 | AccuracyTable             | Tables 2 and 7   | ``from_runs(runs, by=("algo",))``, ``from_applicability`` |
 | AblationDisplay           | Tables 1 and 6   | ``from_runs(runs, param="p"|"s")``                        |
 | FedLAMACurvesDisplay      | FedLAMA Fig. 1   | ``from_run(fedlama_run)``                                 |
@@ -32,11 +33,12 @@ from .clients import ClientAccuracyDisplay, ClientSpreadDisplay
 from .convergence import ConvergenceDisplay
 from .curves import AccuracyCurveDisplay
 from .data import DataDistributionDisplay
+from .heterogeneity import HeterogeneityDisplay
 from .tables import AccuracyTable
 
 __all__ = ["ALALossDisplay", "ALAWeightsDisplay", "AblationDisplay", "AccuracyCurveDisplay", "AccuracyTable",
            "ClientAccuracyDisplay", "ClientSpreadDisplay", "CommAccuracyDisplay", "ConvergenceDisplay",
-           "DataDistributionDisplay", "FedLAMACurvesDisplay", "IntervalTimelineDisplay", "TrajectoryDisplay"]
+           "DataDistributionDisplay", "FedLAMACurvesDisplay", "HeterogeneityDisplay", "IntervalTimelineDisplay", "TrajectoryDisplay"]
 
 
 def __getattr__(name):

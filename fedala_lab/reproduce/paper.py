@@ -85,14 +85,19 @@ def _fig5_cfgs(plan: Plan) -> list[RunConfig]:
     return [cfg.replace(algo=a) for a in ("fedavg", "fedala")]
 
 
+def _fig4_table_cfg(plan: Plan) -> RunConfig:
+    """The pathological FedAvg run of the tables (seed 0), recording what Fig. 4 may need (Plan.recorded)."""
+    return plan.recorded(plan.setting(plan.fig4["setting"]).replace(algo="fedavg", seed=plan.seeds[0]))
+
+
 def _fig4_from_fedavg(plan: Plan, K: int) -> tuple[RunConfig, RunConfig, RunConfig]:
     """Fig. 4 grown out of the pathological FedAvg run of the tables (mnist plan): (that run, FedAvg through
     the window's last round: the same run or its extension, FedALA with ALA from round K + 1). The FedAvg run
     records the client's snapshots and keeps the states K may need (Plan.recorded); FedALA starts from its
     state at K (or the kept round before) and records the client from the window's first round."""
     f = plan.fig4
-    table = plan.recorded(plan.setting(f["setting"]).replace(algo="fedavg", seed=plan.seeds[0]))
-    first, last = K - f["before"], K + f["after"]
+    table = _fig4_table_cfg(plan)
+    first, last = max(1, K - f["before"]), K + f["after"]
     fedavg = table.replace(rounds=max(table.rounds, last))
     fedala = table.replace(algo="fedala", ala_after=K, rounds=last, snapshot_from=first, keep_states="last")
     return table, fedavg, fedala
@@ -192,7 +197,7 @@ def _fig4_grown(ctx: Context):
     from ..analysis.curves import plateau_round
 
     f, plan = ctx.plan.fig4, ctx.plan
-    table = ctx.run(_fig4_from_fedavg(plan, 1)[0])
+    table = ctx.run(_fig4_table_cfg(plan))
     if f["K"] == "auto":
         pl = plateau_round(table, points=f["plateau"]["points"], rounds=f["plateau"]["rounds"], search=f["search"])
         K, (lo, hi), y, x = pl["K"], pl["search"], pl["rounds"], pl["points"]

@@ -37,14 +37,15 @@ TRAIN_ALGOS = [
 ]
 
 DATA_FIELDS = ("dataset", "partition", "num_clients", "beta", "classes_per_client")
-TRAIN_FIELDS = ("model", "rounds", "join_ratio", "lr", "batch_size", "mu", "eta", "s", "p", "seed")
+TRAIN_FIELDS = ("model", "rounds", "join_ratio", "lr", "batch_size", "local_epochs", "mu", "stragglers", "eta", "s",
+                "p", "seed")
 # The "teach" preset is the default of every widget: the embedded MNIST subset, 20 clients, Dir(0.1), MLP,
 # lr 0.1, 50 rounds.
 _TEACH = preset("teach")
 DEFAULTS = {k: getattr(_TEACH.data, k) for k in DATA_FIELDS} | {k: getattr(_TEACH, k) for k in TRAIN_FIELDS}
 # Settings the config holds as floats: widgets may send 0 for 0.0, converted before validation so that
 # messages read "beta=0.0" whatever the widget sent. Every other number is made whole (20.0 → 20).
-_FLOAT_FIELDS = ("beta", "join_ratio", "lr", "mu", "eta", "s")
+_FLOAT_FIELDS = ("beta", "join_ratio", "lr", "mu", "stragglers", "eta", "s")
 
 
 def whole(value):
@@ -67,6 +68,23 @@ def make_config(algo: str = "fedala", preset_name: str = "teach", **settings):
             v = float(v)
         changes[k] = v
     return preset(preset_name, algo=algo, **changes)
+
+
+# One-click scenarios on the Train & compare tab: (label, preset, algorithms ticked). Choosing one sets the
+# fields of SCENARIO_FIELDS from its preset; everything stays editable.
+SCENARIOS = {
+    "teach": ("the lecture's default: Dir(0.1), E = 1, no stragglers", "teach", ["fedavg", "fedala"]),
+    "fedprox": ("FedProx's setting: pathological, E = 5, 90 % stragglers, μ = 1", "teach-fedprox",
+                ["fedavg", "fedprox"]),
+}
+SCENARIO_FIELDS = ("partition", "classes_per_client", "beta", "local_epochs", "stragglers", "mu")
+
+
+def scenario_values(name: str) -> tuple[list, list[str]]:
+    """(values of :data:`SCENARIO_FIELDS`, algorithms) of scenario ``name``."""
+    _, preset_name, algos = SCENARIOS[name]
+    cfg = preset(preset_name)
+    return [getattr(cfg.data, k) if hasattr(cfg.data, k) else getattr(cfg, k) for k in SCENARIO_FIELDS], algos
 
 
 @dataclass
@@ -114,14 +132,17 @@ def train_settings(settings: Settings) -> None:
         join_ratio = Slider(0.05, 1.0, value=d["join_ratio"], step=0.05, label="join ratio ρ (clients per round)",
                             elem_id="join-ratio", field="join_ratio")
         batch_size = whole_slider(1, 64, d["batch_size"], "batch size", "batch-size", field="batch_size")
+        local_epochs = whole_slider(1, 20, d["local_epochs"], "local epochs E", "local-epochs", field="local_epochs")
         seed = Number(d["seed"], precision=0, minimum=0, label="seed", elem_id="seed", field="seed", whole=True)
     with gr.Row():
         model = gr.Dropdown(MODEL_CHOICES, value=d["model"], label="model", elem_id="model")
         lr = Number(d["lr"], label="learning rate", elem_id="lr", field="lr")
         mu = Number(d["mu"], label="FedProx μ", elem_id="mu", field="mu")
+        stragglers = Slider(0.0, 0.95, value=d["stragglers"], step=0.05, elem_id="stragglers", field="stragglers",
+                            label="stragglers (share of clients doing part of their work; FedAvg drops them)")
         eta, s, p = ala_settings("")
     settings.widgets.update(model=model, rounds=rounds, join_ratio=join_ratio, batch_size=batch_size, seed=seed,
-                            lr=lr, mu=mu, eta=eta, s=s, p=p)
+                            local_epochs=local_epochs, lr=lr, mu=mu, stragglers=stragglers, eta=eta, s=s, p=p)
 
 
 def ala_settings(prefix: str) -> tuple:

@@ -1,8 +1,9 @@
 """The lecture app's page: the data settings above the tabs, one tab per module of :mod:`.tabs`, and the
 wiring that makes each tab's job a named API endpoint with Run, Stop and progress.
 
-Each tab's action is one method of :class:`LectureApp` and one named API endpoint (``partition``, ``download``,
-``train``, ``ala``, ``trajectory``, ``ablation``, ``fedlama``, ``runs``, and ``stop``), so scripts and tests
+Each tab's action is one method of :class:`LectureApp` and one named API endpoint (``partition``,
+``download``, ``ladder``, ``train``, ``ala``, ``trajectory``, ``ablation``, ``fedlama``, ``runs``, and
+``stop``), so scripts and tests
 drive the app with ``gradio_client`` exactly as the page does. Handlers compute nothing themselves: they
 build a :class:`~fedala_lab.config.RunConfig` (whose validation is the app's input check), get the runs from
 the library (the run store, else simulated: :mod:`.jobs`) and hand them to a Display.
@@ -40,6 +41,7 @@ class LectureApp(Jobs):
 
     partition = data_tab.partition
     download = data_tab.download
+    ladder = data_tab.ladder
     train = train_tab.train
     train_clients = train_tab.clients
     ala = ala_tab.ala
@@ -64,7 +66,7 @@ def build_app(store=None, concurrency: int = 1) -> gr.Blocks:
         panels = []
         with gr.Tabs():
             with gr.Tab("Data", id="data"):
-                data_tab.build(app, demo, settings)
+                panels.append(data_tab.build(app, demo, settings))
             with gr.Tab("Train & compare", id="train"):
                 panels.append(train_tab.build(app, settings))
             with gr.Tab("ALA inside", id="ala"):

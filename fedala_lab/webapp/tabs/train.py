@@ -13,7 +13,7 @@ from ...config import algo_label
 from ...errors import ConfigError
 from ...experiments.runs import get_or_run
 from ..jobs import finished_status, job, run_label
-from ..settings import TRAIN_ALGOS, make_config, train_settings
+from ..settings import SCENARIO_FIELDS, SCENARIOS, TRAIN_ALGOS, make_config, scenario_values, train_settings
 from ..widgets import plot, run_stop, table
 from . import Panel
 
@@ -89,8 +89,17 @@ def _summary(app, runs, cached) -> pd.DataFrame:
 
 
 def build(app, settings) -> Panel:
+    scenario = gr.Radio([(label, k) for k, (label, *_) in SCENARIOS.items()], value="teach", label="scenario",
+                        elem_id="scenario")
     algos = gr.CheckboxGroup(TRAIN_ALGOS, value=["fedavg", "fedala"], label="algorithms", elem_id="algos")
     train_settings(settings)
+
+    def choose(name):
+        values, ticked = scenario_values(name)
+        return [*values, ticked]
+
+    scenario.input(choose, scenario, [settings[k] for k in SCENARIO_FIELDS] + [algos], queue=False,
+                   api_visibility="private")
     run, stop, status = run_stop("train")
     with gr.Row():
         acc_plot = plot(label="test accuracy", elem_id="train-acc-plot")
