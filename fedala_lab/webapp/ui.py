@@ -97,8 +97,10 @@ def _wire(app: LectureApp, panel, settings: Settings, runs_io, sim: dict) -> Non
     for name, inputs, outputs in panel.then:
         event.success(getattr(app, name), inputs + settings.inputs, outputs, **LIGHT, **PRIVATE)
     event.then(app.runs, *runs_io, **LIGHT, **PRIVATE)  # the Runs tab lists the new runs
-    panel.stop.click(app.stop, None, panel.status, queue=False,
-                     **({"api_name": "stop"} if panel.name == "train" else PRIVATE))
+    # every Stop is named: an unnamed one would take the name "stop" (from the handler) before the Train tab's
+    public = panel.name == "train"
+    panel.stop.click(app.stop, None, panel.status, queue=False, api_name="stop" if public else f"stop_{panel.name}",
+                     **({} if public else PRIVATE))
 
 
 def warm_up() -> None:
