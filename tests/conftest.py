@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -78,3 +79,35 @@ def small_cfg(**kw):
             "device": "cpu", "checkpoint_every": 0, "mu": 0.1}
     base.update(kw)
     return RunConfig(**base)
+
+
+def run_sim(cfg, data, **kw):
+    """A Simulation of ``cfg`` on ``data`` and its Run (warnings about clients without a batch hushed)."""
+    from fedala_lab.engine.simulate import Simulation
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the client without a batch is announced; not the point here
+        sim = Simulation(cfg, data, **kw)
+        return sim, sim.run(progress=False)
+
+
+def assert_same_run(sim_a, run_a, sim_b, run_b):
+    """Bit for bit: every recorded number but wall-clock seconds, every model, buffer and state."""
+    import pandas as pd
+
+    from fedala_lab.algorithms.base import state_to_dict
+
+    pd.testing.assert_frame_equal(run_a.clients.drop(columns="seconds"), run_b.clients.drop(columns="seconds"))
+    seconds = [c for c in run_a.rounds if c.endswith("seconds")]
+    pd.testing.assert_frame_equal(run_a.rounds.drop(columns=seconds), run_b.rounds.drop(columns=seconds))
+    pd.testing.assert_frame_equal(run_a.ala, run_b.ala)
+    for name, frame in run_a.tables.items():
+        pd.testing.assert_frame_equal(frame, run_b.tables[name])
+    for k in run_a.arrays:
+        np.testing.assert_array_equal(run_a.arrays[k], run_b.arrays[k])
+    for part in ("local_params", "global_params", "local_buffers"):
+        a, b = getattr(sim_a, part), getattr(sim_b, part)
+        assert a.keys() == b.keys()
+        for n in a:
+            assert torch.equal(a[n], b[n]), (part, n)
+    torch.testing.assert_close(state_to_dict(sim_a.state), state_to_dict(sim_b.state), atol=0, rtol=0)

@@ -499,25 +499,31 @@ def test_mnist_plan_budget_and_shape():
     assert plan.practical.rounds == plan.pathological.rounds == 15 and plan.seeds == (0,)
     assert plan.practical.model == "fedavgcnn" and plan.practical.lr == 0.005 and plan.practical.batch_size == 10
     assert not plan.practical.record_train_loss and plan.shortened and plan.ablation_rounds == 3
-    assert plan.fig4["K"] == "auto" and plan.fig4["search"] == (5, 12) and plan.fig4["client"] == 4
+    # K is read off the tables' pathological FedAvg run extended to twice the horizon
+    assert plan.fig4["K"] == "auto" and plan.fig4["horizon"] == 30 and plan.fig4["search"] == (10, 27)
+    assert plan.fig4["client"] == 4
     # the shared runs record what every figure reads, whoever computes them first
     fedavg_dir = plan.recorded(plan.practical.replace(algo="fedavg"))
     assert fedavg_dir.record_train_loss and fedavg_dir.kept_rounds() == [1, 15]
     fedavg_pat = plan.recorded(plan.pathological.replace(algo="fedavg"))
-    assert fedavg_pat.snapshot_clients == "4" and fedavg_pat.snapshot_from == 3
-    assert fedavg_pat.kept_rounds() == [1, 5, 7, 9, 11, 12, 15]
+    assert fedavg_pat.snapshot_clients == "4" and fedavg_pat.snapshot_from == 8
+    assert fedavg_pat.kept_rounds() == [1, 10, 12, 14, 15]  # its extension starts from round 15
+    longer = plan.recorded(plan.pathological.replace(algo="fedavg", rounds=30))
+    assert (longer.snapshot_clients, longer.snapshot_from) == ("4", 8)
+    assert longer.kept_rounds() == [1, 10, 12, 14, 15, 16, 18, 20, 22, 24, 26, 27, 30]
     assert plan.recorded(plan.practical.replace(algo="fedala")).kept_rounds() == [3, 15]
     assert not plan.recorded(plan.practical.replace(algo="fedprox")).record_train_loss
-    assert build_plan("mnist", fig4=(8, 6, 13)).fig4["search"] == (8, 8)
-    # every K the search may pick gives valid configs (the window clipped at round 1), and the FedAvg run
-    # read first is the tables' one
-    from fedala_lab.reproduce.paper import _fig4_from_fedavg, _fig4_table_cfg
+    fixed = build_plan("mnist", fig4=(8, 6, 13)).fig4
+    assert fixed["search"] == (8, 8) and fixed["horizon"] == 15  # no curve to read: no longer run
+    # every K the search may pick gives valid configs, and the FedAvg run read first is the tables' one
+    # through Fig. 4's horizon
+    from fedala_lab.reproduce.paper import _fig4_fedavg_cfg, _fig4_from_fedavg
 
-    assert _fig4_table_cfg(plan) == fedavg_pat.replace(seed=plan.seeds[0])
-    for K in range(1, 13):
+    assert _fig4_fedavg_cfg(plan) == longer.replace(seed=plan.seeds[0])
+    for K in range(10, 28):
         table, fa, fl = _fig4_from_fedavg(plan, K)
-        assert table == fedavg_pat and fl.ala_after == K and fl.snapshot_from == max(1, K - 2)
-        assert fa.rounds >= fl.rounds == K + 5
+        assert table == longer and fl.ala_after == K and fl.snapshot_from == K - 2
+        assert fa.rounds >= fl.rounds == K + 5 and fa.rounds == max(30, K + 5)
 
 
 def _mnist_cut(tmp_path, monkeypatch):
@@ -541,9 +547,11 @@ def test_mnist_preset_smoke_on_a_tiny_cut(tmp_path, monkeypatch):
     assert "Preset: `mnist`" in readme and "shortened horizon: 2 rounds" in readme
     assert all((out / f).is_file() for e in entries.values() for f in e["files"])
     fig4 = entries["fig4"]
-    assert fig4["findings"][0].startswith("K = 1") and "client 4" in fig4["findings"][1]
-    assert fig4["runs_computed"] == 2 and len(fig4["runs_branched"]) == 1  # FedALA from FedAvg's round 1
-    assert "from round 1 of fedavg-pool" in fig4["runs_branched"][0] and "from round 1" in readme
+    K = int(re.match(r"K = (\d+)", fig4["findings"][0])[1])
+    assert 1 <= K <= 3 and "extended to 4 rounds" in fig4["findings"][0] and "client 4" in fig4["findings"][1]
+    # FedAvg through Fig. 4's horizon (twice the tables'), then FedALA from its state at K
+    assert fig4["runs_computed"] == 2 and len(fig4["runs_branched"]) == 1
+    assert f"from round {K} of fedavg-pool" in fig4["runs_branched"][0] and f"from round {K}" in readme
     assert any("per client" in x for x in entries["fig5"]["findings"])
     assert len(entries["fig5"]["runs_branched"]) == 1  # FedALA Dir(0.1) from FedAvg's round 1
 

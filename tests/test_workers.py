@@ -7,15 +7,12 @@ two workers (``Simulation(..., workers=pool)``); the lifecycle tests start their
 
 import os
 import signal
-import warnings
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
-from conftest import make_ragged_data, small_cfg
+from conftest import assert_same_run, make_ragged_data, run_sim, small_cfg
 
-from fedala_lab.algorithms.base import state_to_dict
 from fedala_lab.compute.backends import BatchPlan
 from fedala_lab.compute.workers import WorkerError, WorkerPool
 from fedala_lab.engine.simulate import SMALL_MODEL, Simulation, resolve_backend
@@ -34,31 +31,6 @@ def pool():
 @pytest.fixture(scope="module")
 def data():
     return make_ragged_data(sizes=SIZES)
-
-
-def run_sim(cfg, data, **kw):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the client without a batch is announced; not the point here
-        sim = Simulation(cfg, data, **kw)
-        return sim, sim.run(progress=False)
-
-
-def assert_same_run(sim_a, run_a, sim_b, run_b):
-    """Bit for bit: every recorded number but wall-clock seconds, every model, buffer and state."""
-    pd.testing.assert_frame_equal(run_a.clients.drop(columns="seconds"), run_b.clients.drop(columns="seconds"))
-    seconds = [c for c in run_a.rounds if c.endswith("seconds")]
-    pd.testing.assert_frame_equal(run_a.rounds.drop(columns=seconds), run_b.rounds.drop(columns=seconds))
-    pd.testing.assert_frame_equal(run_a.ala, run_b.ala)
-    for name, frame in run_a.tables.items():
-        pd.testing.assert_frame_equal(frame, run_b.tables[name])
-    for k in run_a.arrays:
-        np.testing.assert_array_equal(run_a.arrays[k], run_b.arrays[k])
-    for part in ("local_params", "global_params", "local_buffers"):
-        a, b = getattr(sim_a, part), getattr(sim_b, part)
-        assert a.keys() == b.keys()
-        for n in a:
-            assert torch.equal(a[n], b[n]), (part, n)
-    torch.testing.assert_close(state_to_dict(sim_a.state), state_to_dict(sim_b.state), atol=0, rtol=0)
 
 
 ALGOS = {

@@ -26,6 +26,7 @@ Compute only: this module never imports matplotlib (``fedala_lab.figures.traject
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..compute.parallel import forward_threads, thread_map
 from ..errors import ConfigError, DataError
 
 # Floats of working memory one chunk of grid points may use (parameters + activations): 64 M ≈ 256 MB.
@@ -140,16 +142,19 @@ class LossFunction:
         self.dtype = next(iter(model.parameters())).dtype
         per_point = self.num_params + len(x) * _activation_floats(model, x[:1])
         self.chunk = max(1, int(memory // max(per_point, 1)))
+        self._batched = self._batched_on(self.model)
 
+    def _batched_on(self, model: torch.nn.Module):
+        """(G, P) flat vectors -> (G,) losses, through ``model`` (each thread needs its own: parallel.py)."""
         from torch.func import functional_call, vmap
 
         def one(flat):
             parts = torch.split(flat, self.sizes)
             params = {n: p.reshape(s) for n, p, s in zip(self.names, parts, self.shapes)}
-            out = functional_call(self.model, params, (self.x,))
+            out = functional_call(model, params, (self.x,))
             return torch.nn.functional.cross_entropy(out, self.y)
 
-        self._batched = vmap(one)
+        return vmap(one)
 
     def __call__(self, flat) -> np.ndarray:
         flat = torch.as_tensor(flat)
@@ -172,15 +177,24 @@ class LossFunction:
         b = torch.as_tensor(np.asarray(basis), dtype=torch.float64, device=dev)
         gx, gy = np.meshgrid(np.asarray(xs, np.float64), np.asarray(ys, np.float64))  # (ny, nx)
         coords = torch.as_tensor(np.stack([gx.ravel(), gy.ravel()], 1), device=dev)
-        out = []
         from tqdm.auto import tqdm
 
-        # Parameters are built chunk by chunk (a 21×21 grid of a 582k-parameter CNN is 1 GB at once).
-        with torch.inference_mode():
-            for i in tqdm(range(0, len(coords), self.chunk), desc="loss surface", unit="chunk",
-                          disable=not progress, leave=False):
+        starts = range(0, len(coords), self.chunk)
+        bar = tqdm(total=len(starts), desc="loss surface", unit="chunk", disable=not progress, leave=False)
+
+        # Parameters are built chunk by chunk (a 21×21 grid of a 582k-parameter CNN is 1 GB at once); on a
+        # CPU the chunks are shared out among threads, each computed as in one thread (compute/parallel.py).
+        def chunk(i: int, batched) -> torch.Tensor:
+            with torch.inference_mode():
                 flat = (a[None] + coords[i:i + self.chunk] @ b).to(self.dtype).to(self.device)
-                out.append(self._batched(flat))
+                out = batched(flat)
+            bar.update(1)
+            return out
+
+        threads = forward_threads(self.device)
+        out = thread_map(chunk, starts, threads=threads, ctx=self._batched,
+                         per_thread=lambda: self._batched_on(copy.deepcopy(self.model)))
+        bar.close()
         return _to_numpy(out).reshape(gx.shape)
 
 

@@ -38,6 +38,7 @@ with forced chunks and with a simulated out-of-memory error).
 
 from __future__ import annotations
 
+import copy
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +47,8 @@ import numpy as np
 import torch
 from torch.func import vmap
 from torch.utils._pytree import tree_map
+
+from .parallel import forward_threads, thread_map
 
 Step = Callable[[dict, dict, torch.Tensor, torch.Tensor, torch.Tensor], tuple[dict, torch.Tensor]]
 
@@ -106,7 +109,13 @@ def _aux_buffer(a, k, m, device):
 
 
 class LoopBackend:
-    """One client at a time, one batch at a time: the reference."""
+    """One client at a time, one batch at a time: the reference.
+
+    A forward-only call (``train=False``: evaluation) of a step that can be rebuilt on a copy of its model
+    (``step.rebind``, as :func:`~fedala_lab.compute.steps.make_eval_step` makes them) shares its clients out
+    among :func:`~fedala_lab.compute.parallel.forward_threads` threads on a CPU, each client still run
+    start to finish by one thread as here: the same numbers, bit for bit (compute/parallel.py).
+    """
 
     name = "loop"
 
@@ -117,22 +126,32 @@ class LoopBackend:
         model.train(train)
         out = tree_map(torch.Tensor.clone, carry)
         aux = _aux_buffer(plan.num_clients, plan.sizes.shape[1], aux_size, x.device)
-        grad_ctx = torch.enable_grad() if train else torch.no_grad()
-        with grad_ctx:
-            for i in range(plan.num_clients):
-                t0 = time.perf_counter()
-                ci = tree_map(lambda t, i=i: t[i], out)  # views: in-place buffer updates land in `out`
-                for k in range(int(plan.num_steps[i])):
-                    idx = plan.rows[i, k, : plan.sizes[i, k]]
-                    new, a = step(ci, shared, x[idx], y[idx], x.new_ones(len(idx)))
-                    if new:
-                        ci = {**ci, **new}  # a step returns only what it changed
-                    aux[i, k] = a.detach().to(aux.dtype)
-                _write_back(out, ci, slice(i, i + 1), unsqueeze=True)
-                if timings is not None:
-                    if x.device.type == "cuda":
-                        torch.cuda.synchronize(x.device)
-                    timings.append(time.perf_counter() - t0)
+
+        def client(i: int, step) -> float:
+            t0 = time.perf_counter()
+            ci = tree_map(lambda t: t[i], out)  # views: in-place buffer updates land in `out`
+            for k in range(int(plan.num_steps[i])):
+                idx = plan.rows[i, k, : plan.sizes[i, k]]
+                new, a = step(ci, shared, x[idx], y[idx], x.new_ones(len(idx)))
+                if new:
+                    ci = {**ci, **new}  # a step returns only what it changed
+                aux[i, k] = a.detach().to(aux.dtype)
+            _write_back(out, ci, slice(i, i + 1), unsqueeze=True)
+            if timings is not None and x.device.type == "cuda":
+                torch.cuda.synchronize(x.device)
+            return time.perf_counter() - t0
+
+        rebind = getattr(step, "rebind", None)
+        if not train and rebind is not None:  # longest first: the last client to finish is a short one
+            order = sorted(range(plan.num_clients), key=lambda i: (-int(plan.num_steps[i]), i))
+            done = dict(zip(order, thread_map(client, order, threads=forward_threads(x.device), ctx=step,
+                                              per_thread=lambda: rebind(copy.deepcopy(model)))))
+            seconds = [done[i] for i in range(plan.num_clients)]
+        else:
+            with torch.enable_grad() if train else torch.no_grad():
+                seconds = [client(i, step) for i in range(plan.num_clients)]
+        if timings is not None:
+            timings.extend(seconds)
         return out, aux.cpu().numpy()
 
 

@@ -52,4 +52,5 @@ def make_eval_step(model: torch.nn.Module):
         correct = ((out.argmax(1) == y).to(w.dtype) * w).sum()
         return {}, torch.stack([loss, correct])
 
+    step.rebind = make_eval_step  # the same step on a copy of the model, for threads (compute/parallel.py)
     return step

@@ -4,7 +4,8 @@ Why (docs/design.md#performance): on a CPU a step of the MNIST CNN is real arith
 threads make each small step wait for the slowest core (a busy neighbour made a round 18× slower), and
 one thread per process degrades only in proportion; so parallelism comes from processes. This backend
 trains a round's clients in N spawned processes (default: the cores this process may use, or
-``$FEDALA_LAB_WORKERS``), one torch thread each, every client start to finish in one process:
+``$FEDALA_LAB_WORKERS``: compute/parallel.py), one torch thread each, every client start to finish in one
+process:
 
 - A :class:`WorkerPool` starts lazily at the first training call (from a fork server that imported
   torch once, or spawned; never a fork of this process). The engine closes it
@@ -33,7 +34,8 @@ number of workers and the order they pick clients in never change a result. ``ch
 conv models) runs other convolution kernels: equal to float rounding only, like changing torch's threads.
 
 Only the run's own training step (``train_step``) goes to the workers; any other step (evaluation, ALA's
-weight learning) runs in this process on the loop backend.
+weight learning) runs in this process on the loop backend, whose forward-only calls use a thread per
+worker (compute/parallel.py) while the workers wait.
 """
 
 from __future__ import annotations
@@ -55,29 +57,10 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .backends import BatchPlan, LoopBackend
+from .parallel import default_workers
 from .steps import weighted_ce
 
 Build = Callable[[], tuple[torch.nn.Module, float, Callable | None]]  # () -> (model, lr, grad_term)
-ENV_WORKERS = "FEDALA_LAB_WORKERS"
-
-
-def available_cpus() -> int:
-    """CPU cores this process may use (its affinity mask, not the machine's total), at least 1."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # macOS, Windows
-        return max(1, os.cpu_count() or 1)
-
-
-def default_workers() -> int:
-    """``$FEDALA_LAB_WORKERS`` if set (a sweep running k runs at once sets cores ÷ k), else one per core."""
-    env = os.environ.get(ENV_WORKERS, "").strip()
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            pass
-    return available_cpus()
 
 
 class WorkerError(RuntimeError):
@@ -518,4 +501,4 @@ def _layout(tree) -> list:
     return [str(spec), *[(tuple(t.shape), t.dtype) for t in leaves]]
 
 
-__all__ = ["WorkerBackend", "WorkerError", "WorkerPool", "available_cpus", "default_workers"]
+__all__ = ["WorkerBackend", "WorkerError", "WorkerPool"]

@@ -359,35 +359,43 @@ MNIST_ROUNDS = 15
 
 def _mnist_fig4(R: int, K: int | None = None, window: tuple[int, int] | None = None) -> dict:
     """Fig. 4 on MNIST pathological for a horizon of R rounds: K where FedAvg's best accuracy has plateaued,
-    searched on the FedAvg run's recorded curve, and a window of ``before`` rounds before K and ``after``
-    after it. Or a fixed protocol (``K``, ``window``)."""
-    y = 3 if R >= 12 else 1  # plateau: best accuracy rises by < 0.5 points over the next y rounds
-    hi = max(1, R - y)
-    lo = min(5, hi)
+    searched on the curve of the tables' pathological FedAvg run extended to twice the horizon (FedAvg is
+    still rising after R rounds), and a window of ``before`` rounds before K and ``after`` after it. Or a
+    fixed protocol (``K``, ``window``)."""
+    H = 2 * R  # the FedAvg run K is read from
+    y = 3 if H >= 12 else 1  # plateau: best accuracy rises by < 0.5 points over the next y rounds
+    hi = max(1, H - y)
+    lo = min(max(1, H // 3), hi)
     f = {"setting": "pathological", "K": "auto", "plateau": {"points": 0.5, "rounds": y}, "search": (lo, hi),
-         "before": min(2, lo - 1), "after": 5 if R >= 12 else 1, "client": 4, "grid": 21, "num_samples": 300}
-    if K is not None:
-        f.update(K=K, window=tuple(window), search=(K, K), before=K - window[0], after=window[1] - K)
+         "horizon": H, "before": min(2, lo - 1), "after": 5 if H >= 12 else 1, "client": 4, "grid": 21,
+         "num_samples": 300}
+    if K is not None:  # nothing to read off a curve: no longer FedAvg run
+        f.update(K=K, window=tuple(window), search=(K, K), before=K - window[0], after=window[1] - K, horizon=R)
     return f
 
 
 def _mnist_recording(plan: Plan) -> list[tuple[dict, dict]]:
     """What the MNIST plan's shared runs record and keep (recording only), so that every figure reads them:
-    Fig. 5's train-split losses; FedAvg Dir(0.1)'s state of round 1, from which FedALA and the ablations
-    branch; FedALA's state at the ablations' horizon (s = 80, p = 1 is that run cut there); the pathological
-    FedAvg run's snapshots of Fig. 4's client and states of the rounds K may take."""
+    Fig. 5's train-split losses; FedAvg's state of round 1, from which FedALA and the ablations branch;
+    FedALA's state at the ablations' horizon (s = 80, p = 1 is that run cut there); the pathological FedAvg
+    runs' snapshots of Fig. 4's client and the states of the rounds K may take: the tables' run (R rounds)
+    keeps those up to R, and its extension to Fig. 4's horizon (which starts from its last state) the rest."""
     R, f, s0 = plan.practical.rounds, plan.fig4, plan.seeds[0]
     lo, hi = f["search"]
-    grid = sorted({1, *range(lo, hi + 1, 2), hi})
+    H = max(R, f.get("horizon", R))
+    grid = sorted({1, *range(lo, hi + 1, 2), hi, R, H})
+    snapshots = {"snapshot_clients": str(f["client"]), "snapshot_from": max(1, lo - f["before"])}
     h = plan.ablation_rounds or R
     rules = [
         ({"setting": "practical", "algo": ("fedavg", "fedala"), "seed": s0, "rounds": plan.fig5_rounds},
          {"record_train_loss": True}),
         ({"setting": "practical", "algo": "fedavg", "seed": s0, "rounds": R}, {"keep_states": "1"}),
         ({"setting": "pathological", "algo": "fedavg", "seed": s0, "rounds": R},
-         {"snapshot_clients": str(f["client"]), "snapshot_from": max(1, lo - f["before"]),
-          "keep_states": ",".join(map(str, grid))}),
+         {**snapshots, "keep_states": ",".join(str(r) for r in grid if r <= R)}),
     ]
+    if H > R:
+        rules.append(({"setting": "pathological", "algo": "fedavg", "seed": s0, "rounds": H},
+                      {**snapshots, "keep_states": ",".join(map(str, grid))}))
     if h < R:
         rules.append(({"setting": "practical", "algo": "fedala", "seed": s0, "rounds": R}, {"keep_states": str(h)}))
     return rules

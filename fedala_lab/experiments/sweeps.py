@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..compute.workers import ENV_WORKERS, available_cpus
+from ..compute.parallel import ENV_WORKERS, available_cpus
 from ..config import RunConfig
 from ..errors import ConfigError, FedalaError, TrainingDiverged
 from ..record.run import run_row

@@ -85,18 +85,22 @@ def _fig5_cfgs(plan: Plan) -> list[RunConfig]:
     return [cfg.replace(algo=a) for a in ("fedavg", "fedala")]
 
 
-def _fig4_table_cfg(plan: Plan) -> RunConfig:
-    """The pathological FedAvg run of the tables (seed 0), recording what Fig. 4 may need (Plan.recorded)."""
-    return plan.recorded(plan.setting(plan.fig4["setting"]).replace(algo="fedavg", seed=plan.seeds[0]))
+def _fig4_fedavg_cfg(plan: Plan) -> RunConfig:
+    """The pathological FedAvg run of the tables (seed 0) through Fig. 4's horizon (the tables' run or its
+    extension), recording what Fig. 4 may need (Plan.recorded): K is read off its curve."""
+    setting = plan.setting(plan.fig4["setting"])
+    rounds = max(setting.rounds, plan.fig4.get("horizon", setting.rounds))
+    return plan.recorded(setting.replace(algo="fedavg", seed=plan.seeds[0], rounds=rounds))
 
 
 def _fig4_from_fedavg(plan: Plan, K: int) -> tuple[RunConfig, RunConfig, RunConfig]:
-    """Fig. 4 grown out of the pathological FedAvg run of the tables (mnist plan): (that run, FedAvg through
-    the window's last round: the same run or its extension, FedALA with ALA from round K + 1). The FedAvg run
-    records the client's snapshots and keeps the states K may need (Plan.recorded); FedALA starts from its
-    state at K (or the kept round before) and records the client from the window's first round."""
+    """Fig. 4 grown out of the pathological FedAvg run of the tables (mnist plan): (that run through Fig. 4's
+    horizon, FedAvg through the window's last round: the same run or its extension, FedALA with ALA from
+    round K + 1). The FedAvg run records the client's snapshots and keeps the states K may need
+    (Plan.recorded); FedALA starts from its state at K (or the kept round before) and records the client
+    from the window's first round."""
     f = plan.fig4
-    table = _fig4_table_cfg(plan)
+    table = _fig4_fedavg_cfg(plan)
     first, last = max(1, K - f["before"]), K + f["after"]
     fedavg = table.replace(rounds=max(table.rounds, last))
     fedala = table.replace(algo="fedala", ala_after=K, rounds=last, snapshot_from=first, keep_states="last")
@@ -197,17 +201,19 @@ def _fig4_grown(ctx: Context):
     from ..analysis.curves import plateau_round
 
     f, plan = ctx.plan.fig4, ctx.plan
-    table = ctx.run(_fig4_table_cfg(plan))
+    table = ctx.run(_fig4_fedavg_cfg(plan))
     if f["K"] == "auto":
         pl = plateau_round(table, points=f["plateau"]["points"], rounds=f["plateau"]["rounds"], search=f["search"])
         K, (lo, hi), y, x = pl["K"], pl["search"], pl["rounds"], pl["points"]
-        how = (f"K = {K}, chosen from the recorded curve of the pathological FedAvg run (the tables' run, seed "
-               f"{plan.seeds[0]}, {table.config.rounds} rounds): the first round in {lo}–{hi} after which FedAvg's "
+        run_is = (f"the tables' run, seed {plan.seeds[0]}, " + (f"extended to {table.config.rounds} rounds"
+                  if table.config.rounds > plan.setting(f["setting"]).rounds else f"{table.config.rounds} rounds"))
+        how = (f"K = {K}, chosen from the recorded curve of the pathological FedAvg run ({run_is}): the first "
+               f"round in {lo}–{hi} after which FedAvg's "
                f"best accuracy rose by less than {x:g} points over the next {y} rounds "
                f"({pl['best_at_K']:.2f} % at round {K}, {pl['best_after']:.2f} % at round {K + y})"
                if pl["found"] else
-               f"K = {K}: no round in {lo}–{hi} of the pathological FedAvg run (the tables' run, seed "
-               f"{plan.seeds[0]}) was followed by less than {x:g} points of best-accuracy gain over {y} rounds "
+               f"K = {K}: no round in {lo}–{hi} of the pathological FedAvg run ({run_is}) was followed by "
+               f"less than {x:g} points of best-accuracy gain over {y} rounds "
                f"(FedAvg had not plateaued: {pl['best_at_K']:.2f} % at round {K}, {pl['best_after']:.2f} % at "
                f"round {K + y}); K is the last round the rule could test")
     else:
