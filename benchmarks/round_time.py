@@ -9,9 +9,12 @@ Backends: ``vectorised``, ``loop``, ``workers`` (cfg.backend set so: every step 
 "workers" = local training in worker processes, one per core, compute/workers.py, everything else as
 "loop"), and what ``backend="auto"`` does for the MNIST CNN on a CPU: ``auto-loop`` (before this
 backend existed: local training on the loop backend, ALA's small head-only steps vectorised),
-``auto-workers`` (now: local training in worker processes) and ``auto-workers-cl`` (with channels_last).
-Defaults: teach compares vectorised and loop; mnist-dir0.1 on a CPU compares auto-loop (before) with
-auto-workers and auto-workers-cl (after), with ``record_train_loss=False`` (the Fig. 5 passes are
+``auto-workers-serial`` (local training in worker processes, evaluation and ALA's feature pass in one
+thread: before compute/parallel.py), ``auto-workers`` (now: those forward passes over a thread per core)
+and ``auto-workers-cl`` (with channels_last).
+Defaults: teach compares vectorised and loop; mnist-dir0.1 on a CPU compares auto-loop (local training
+in this process), auto-workers-serial (in worker processes) and auto-workers (forward passes over threads
+too), with ``record_train_loss=False`` (the Fig. 5 passes are
 evaluation, not what is compared). The first backend listed is the baseline of the ratio columns.
 
 Every configuration is run ``--repeats`` times, interleaved (A B A B …, the order reversed every other
@@ -36,6 +39,7 @@ from pathlib import Path
 import torch
 
 from fedala_lab.compute.backends import LoopBackend
+from fedala_lab.compute.parallel import ENV_FORWARD_THREADS
 from fedala_lab.data.federated import FederatedData
 from fedala_lab.engine.simulate import Simulation, resolve_device
 from fedala_lab.experiments.presets import preset
@@ -43,7 +47,8 @@ from fedala_lab.experiments.presets import preset
 HERE = Path(__file__).resolve().parent
 # name -> (cfg.backend, Simulation keyword arguments); "loop-training" is not one: see one()
 BACKENDS = {"vectorised": ("vectorised", {}), "loop": ("loop", {}), "workers": ("workers", {}),
-            "auto-loop": ("auto", {"loop-training": True}), "auto-workers": ("auto", {}),
+            "auto-loop": ("auto", {"loop-training": True}),
+            "auto-workers-serial": ("auto", {"serial-forward": True}), "auto-workers": ("auto", {}),
             "auto-workers-cl": ("auto", {"channels_last": True})}
 PHASES = ("init", "eval", "train", "aggregate")
 
@@ -52,6 +57,11 @@ def one(cfg, data, sim_kw: dict) -> dict:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     sim_kw = dict(sim_kw)
     loop_training = sim_kw.pop("loop-training", False)
+    # before compute/parallel.py: evaluation and ALA's features in one thread of this process
+    serial = sim_kw.pop("serial-forward", False)
+    os.environ.pop(ENV_FORWARD_THREADS, None)
+    if serial:
+        os.environ[ENV_FORWARD_THREADS] = "1"
     sim = Simulation(cfg, data, **sim_kw)
     if loop_training:  # backend="auto" as it was before the workers backend: local training on the loop
         sim.backend = LoopBackend()
@@ -64,6 +74,7 @@ def one(cfg, data, sim_kw: dict) -> dict:
     t0, c0 = time.perf_counter(), time.process_time()
     run = sim.run(progress=False, callback=mark)
     wall = time.perf_counter() - t0
+    os.environ.pop(ENV_FORWARD_THREADS, None)
     r = run.rounds
     calls = getattr(sim.backend, "calls", [])
     main_cpu, busiest, steps = [], [], []
@@ -186,8 +197,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=None, help="default: 3 (teach, GPU), 2 (mnist-dir0.1 on CPU)")
     ap.add_argument("--algos", default="fedavg,fedala")
     ap.add_argument("--backends", default=None, help=("comma-separated, the first is the baseline (of "
-                    + ", ".join(BACKENDS) + "); default: vectorised,loop (teach, GPU), auto-loop,auto-workers,"
-                    "auto-workers-cl (mnist-dir0.1 on CPU)"))
+                    + ", ".join(BACKENDS) + "); default: vectorised,loop (teach, GPU), auto-loop,"
+                    "auto-workers-serial,auto-workers (mnist-dir0.1 on CPU)"))
     ap.add_argument("--device", default="auto")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: one per process)")
     ap.add_argument("--out", default=str(HERE / "results.md"))
@@ -202,7 +213,7 @@ def main(argv=None) -> int:
         rounds = args.rounds or (50 if name == "teach" else (20 if gpu else 3))
         repeats = args.repeats or (2 if mnist_cpu else 3)
         backends = (args.backends.split(",") if args.backends else
-                    ["auto-loop", "auto-workers", "auto-workers-cl"] if mnist_cpu else ["vectorised", "loop"])
+                    ["auto-loop", "auto-workers-serial", "auto-workers"] if mnist_cpu else ["vectorised", "loop"])
         unknown = [b for b in backends if b not in BACKENDS]
         if unknown:
             ap.error(f"unknown backend(s) {unknown}: use " + ", ".join(BACKENDS))

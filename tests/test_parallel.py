@@ -10,7 +10,7 @@ from conftest import assert_same_run, make_ragged_data, run_sim, small_cfg
 
 from fedala_lab.algorithms.ala import WeightLearner
 from fedala_lab.compute import backends
-from fedala_lab.compute.parallel import ENV_WORKERS, forward_threads, thread_map
+from fedala_lab.compute.parallel import ENV_FORWARD_THREADS, ENV_WORKERS, forward_threads, thread_map
 from fedala_lab.models import build_model
 
 
@@ -43,6 +43,8 @@ def test_forward_threads_follow_the_workers_setting_and_torch_threads(monkeypatc
     finally:
         torch.set_num_threads(old)
     assert forward_threads("meta") == 1
+    monkeypatch.setenv(ENV_FORWARD_THREADS, "1")
+    assert forward_threads("cpu") == 1
 
 
 def test_ala_features_are_the_same_in_one_thread_or_three(monkeypatch):

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 ENV_WORKERS = "FEDALA_LAB_WORKERS"
+ENV_FORWARD_THREADS = "FEDALA_LAB_FORWARD_THREADS"
 
 
 def available_cpus() -> int:
@@ -52,8 +53,11 @@ def default_workers() -> int:
 
 def forward_threads(device: torch.device | str = "cpu") -> int:
     """How many threads a forward pass may use here: one per worker (cores, or ``$FEDALA_LAB_WORKERS``) on a
-    CPU when torch runs one thread per process, else 1."""
+    CPU when torch runs one thread per process, else 1. ``$FEDALA_LAB_FORWARD_THREADS=1`` turns them off
+    (benchmarks compare with and without; results are the same either way)."""
     if torch.device(device).type != "cpu" or torch.get_num_threads() != 1:
+        return 1
+    if os.environ.get(ENV_FORWARD_THREADS, "").strip() == "1":
         return 1
     return default_workers()
 
@@ -79,4 +83,4 @@ def thread_map(fn: Callable, items: Iterable, *, threads: int, ctx=None, per_thr
         return list(pool.map(run, items))
 
 
-__all__ = ["ENV_WORKERS", "available_cpus", "default_workers", "forward_threads", "thread_map"]
+__all__ = ["ENV_FORWARD_THREADS", "ENV_WORKERS", "available_cpus", "default_workers", "forward_threads", "thread_map"]
