@@ -329,31 +329,27 @@ class Plan:
         return SweepSpec(base, grid, name=f"{self.name}-{param}-ablation")
 
 
-# The MNIST plan's round budget on a 2-core CPU (docs/design.md#loss-surface), with the CPU worker backend:
-# ≈ 15 s a FedAvg round, 18 s a FedALA round, +10 s for ALA's start phase (round 2, ≥ 11 passes over the
-# cached features), +11 s a FedAvg-C round (one more epoch of every client before evaluating), +12 s a round
-# that records the train-split losses (Fig. 5), FedProx ≈ FedAvg. R = 15 rounds, one seed:
+# The MNIST plan's round budget on a 2-core CPU (docs/design.md#loss-surface), with the CPU worker backend and
+# forward passes over threads (docs/design.md#performance). Measured from an empty store on one quiet 2-core
+# machine (2026-11-25, `fedala-lab figures --preset mnist`: 3,465 s in all), seconds a round: FedAvg ≈ 15,
+# FedProx ≈ 16, FedAvg-C ≈ 29 (one more epoch of every client before evaluating), FedALA ≈ 19 (+ ≈ 6 for
+# ALA's start phase in round 2), + ≈ 9 for a round that records the train-split losses (Fig. 5).
+# R = 15 rounds, one seed:
 #
-#   Dir(0.1)  FedAvg      15 × (15 + 12)        405 s   train losses (Fig. 5); keeps its state of round 1
-#             FedALA      14 × (18 + 12) + 10   430 s   rounds 2–15, branched from FedAvg's round 1
-#             FedProx     15 × 15               225 s
-#             FedAvg-C    15 × (15 + 11)        390 s
-#   pat(2)    FedAvg      15 × 15               225 s   client 4's snapshots; states of rounds 1, 5, 7, 9, 11, 12
-#             FedALA      14 × 18 + 10          262 s   branched from FedAvg's round 1
-#             FedProx     15 × 15               225 s
-#             FedAvg-C    15 × (15 + 11)        390 s
-#   Fig. 4    FedALA(ala_after=K), from FedAvg's kept state at K or K − 1: ≤ 15 + 10 + 5 × 18 = 115 s;
-#             FedAvg beyond round 15 when K + 5 > 15: ≤ 2 × 15 = 30 s; surface 21² points × 300 rows ≈ 20 s
-#   Table 1   s ∈ {5, 10, 20, 40, 100}, 3 rounds, from FedAvg's round 1: ≤ 5 × (2 × 18 + 10) = 230 s
-#             (s = 80 is the FedALA run's state at round 3: nothing to compute)
-#   Table 6   p = 2: 2 × (18 + 6) + ≈ 80 (start phase through fc1, one client at a time) = 130 s
-#   Figs. 6–9 the two partitions loaded: ≈ 20 s; Figs. 2, 3, 5 and the curves read the runs above.
-#   Total ≈ 1450 + 1102 + 165 + 360 + 20 ≈ 3,100 s ≈ 52 minutes.
+#   Tables 2/7  Dir(0.1): FedAvg (train losses; keeps round 1), FedALA (train losses; rounds 2–15 branched
+#               from FedAvg's round 1), FedProx, FedAvg-C; pat(2): the same without train losses, FedAvg
+#               with client 4's snapshots and the states K may take                               2,670 s
+#   Fig. 4      pat(2) FedAvg extended to 2R = 30 rounds (rounds 16–30) for K; FedALA(ala_after=K) from
+#               its state at K, and FedAvg through K + 5; the 21² surface over 300 rows               400 s
+#   Table 1     s ∈ {5, 10, 20, 40, 100}, 3 rounds, rounds 2–3 branched from FedAvg's round 1
+#               (s = 80 is the table's FedALA run cut at round 3)                                      191 s
+#   Table 6     p = 2, rounds 2–3 (weight learning through fc1 at every batch: ≈ 83 s of ALA a round)   201 s
+#   Figs. 2, 3, 5, 6–9 and the curves read the runs above                                               ≈ 3 s
 #
 # p = 3 and 4 are left out: their weight learning runs through conv2 (or the whole model) at every batch, so a
 # pass costs about a training epoch and the start phase (≥ 11 passes) 2–4 minutes per run. Disk: a kept state
 # of the MNIST CNN is 20 clients × 582,026 float32 parameters + the global model ≈ 49 MB (p = 2's W adds 42 MB);
-# the preset keeps about 20 of them (≈ 1 GB) and client 4's snapshots (≈ 60 MB).
+# the preset's run store holds ≈ 1.9 GB (kept states and client 4's snapshots).
 MNIST_ROUNDS = 15
 
 
