@@ -245,6 +245,21 @@ def test_variance_shares_name_the_client_that_moves_the_mean():
     assert not late["found"] and late["K"] == 25
 
 
+def test_training_outcomes_count_the_clients_far_above_the_median():
+    from fedala_lab.analysis.curves import training_outcomes
+
+    run = _synthetic_run()  # client 3 (20 samples) ends at 3.0 in even rounds from 10 on, at 0.1 in odd ones
+    o = training_outcomes(run, rounds=(10, 30))
+    assert o["rounds"] == (10, 30) and o["clients"] == 5 and o["far_clients"] == 1
+    assert o["worse"] == 0  # every trained loss here is half its initial one
+    piv = run.clients.pivot(index="round", columns="client", values="trained_loss").loc[10:30]
+    far = piv[3] > 10 * piv.median(axis=1)  # the even rounds once the others have fallen below 0.3
+    assert far.sum() == 9 and set(far[far].index) == set(range(14, 31, 2))
+    assert o["far"] == pytest.approx(9 / 21)
+    sizes = np.array([100, 100, 100, 20, 100])
+    assert o["far_share"] == pytest.approx(((piv[3] * 20).where(far, 0) / (piv * sizes).sum(axis=1)).mean())
+
+
 def test_convergence_display_per_client_panel():
     from fedala_lab.figures import ConvergenceDisplay
 

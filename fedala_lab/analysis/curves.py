@@ -8,6 +8,7 @@
 - :func:`accuracy_curves` — accuracy (or any per-round metric) per run.
 - :func:`client_accuracy` — every client's accuracy at a run's last evaluated round (who gains, who loses).
 - :func:`plateau_round` — where a run's best accuracy stops rising (Fig. 4's K on a short horizon).
+- :func:`training_outcomes` — what local training did to the clients' train loss (why Fig. 5 is jagged).
 
 Every frame carries each run's ``algo`` next to its legend ``label``: the figures colour by method.
 """
@@ -219,6 +220,30 @@ def variance_shares(run, column: str = "trained_loss", *, from_round: int | None
                         "train_size": sizes.astype(int), "weight": sizes / sizes.sum(),
                         "first": int(piv.index[0]), "last": int(piv.index[-1])})
     return out.sort_values("share", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def training_outcomes(run, *, rounds: tuple[int, int] | None = None, far: float = 10.0) -> dict:
+    """What local training did to the clients' train-split loss over ``rounds`` (default: all evaluated
+    rounds with both losses): per round, how many clients ended with a higher loss than their initialised
+    model had ("worse"), and how many ended ``far`` times above that round's median client ("far"), and how
+    many distinct clients were ever far. Fig. 5 uses it to say why a weighted curve is jagged when no single
+    client dominates it. Keys: rounds, clients (per round, median), worse (median per round), far (mean per
+    round), far_clients (distinct), far_share (mean share of the weighted mean those clients make)."""
+    c = run.clients.dropna(subset=["trained_loss", "init_loss"])
+    if rounds is not None:
+        c = c[(c["round"] >= rounds[0]) & (c["round"] <= rounds[1])]
+    if c.empty:
+        return {"rounds": (0, 0), "clients": 0, "worse": 0.0, "far": 0.0, "far_clients": 0, "far_share": 0.0}
+    sizes = np.asarray(run.meta.get("train_sizes", []), dtype=float)
+    w = sizes[c["client"].to_numpy()] if len(sizes) else np.ones(len(c))
+    c = c.assign(worse=c["trained_loss"] > c["init_loss"], wl=w * c["trained_loss"], w=w)
+    med = c.groupby("round")["trained_loss"].transform("median")
+    c = c.assign(far=c["trained_loss"] > far * med)
+    g = c.groupby("round")
+    share = (c["wl"].where(c["far"], 0.0).groupby(c["round"]).sum() / g["wl"].sum()).fillna(0.0)
+    return {"rounds": (int(c["round"].min()), int(c["round"].max())), "clients": float(g.size().median()),
+            "worse": float(g["worse"].sum().median()), "far": float(g["far"].sum().mean()),
+            "far_clients": int(c.loc[c["far"], "client"].nunique()), "far_share": float(share.mean())}
 
 
 def top_clients(runs: Iterable, column: str = "trained_loss", labels=None) -> pd.DataFrame:

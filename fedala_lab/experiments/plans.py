@@ -433,6 +433,10 @@ def build_plan(preset_name: str = "quick", *, rounds: int | None = None, seeds: 
             fig4={"setting": "pathological", "K": 40, "window": (35, 50), "client": 7, "grid": 31,
                   "num_samples": 256},
             fig5_rounds=200,
+            notes=[("the figures before 2026-11-24 were drawn on 8×8 digits (preset teach-digits); there FedALA's "
+                    "trained-loss curve in Fig. 5 jumped ×10 in rounds ≈ 105–165 because of one client (16: 31 "
+                    "samples, 23 of them 9s) whose three SGD steps a round sometimes collapsed onto 9; "
+                    "docs/design.md#federated-loop has the evidence")],
         )
     elif preset_name == "paper":
         practical = preset("mnist-dir0.1")
