@@ -6,7 +6,7 @@
 1. Starts ``python app.py --port <free> --store <temporary folder>`` (a fresh process and an empty run store)
    and waits for ``/gradio_api/info``.
 2. The default Train & compare click through gradio_client, exactly what the page sends: FedAvg vs FedALA
-   on the teach settings (embedded digits, 20 clients, Dir(0.1), MLP, lr 0.1, 50 rounds). Timed: the
+   on the teach settings (the embedded MNIST subset, 20 clients, Dir(0.1), MLP, lr 0.1, 50 rounds). Timed: the
    first click of the fresh server; ``--repeats`` more after deleting the two stored runs (so they are
    computed again, in a warm process); one more with the runs in the store (cached).
 3. ``--users`` gradio_client sessions submit the click at the same moment, user i with seed i (so every
@@ -218,7 +218,7 @@ def main(argv=None) -> int:
         ),
         "",
         (
-            "FedAvg vs FedALA with the page's defaults (embedded digits, 20 clients, Dir(0.1), MLP, lr 0.1, "
+            "FedAvg vs FedALA with the page's defaults (the embedded MNIST subset, 20 clients, Dir(0.1), MLP, lr 0.1, "
             "50 rounds), through gradio_client against `python app.py` on localhost. Wall: from the request "
             "to the answer (figures and table included), at this load. Server CPU: user + system seconds "
             "the app's process spent on it — about the wall time on an idle machine, as a simulation uses "
