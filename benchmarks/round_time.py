@@ -59,9 +59,6 @@ def one(cfg, data, sim_kw: dict) -> dict:
     loop_training = sim_kw.pop("loop-training", False)
     # before compute/parallel.py: evaluation and ALA's features in one thread of this process
     serial = sim_kw.pop("serial-forward", False)
-    os.environ.pop(ENV_FORWARD_THREADS, None)
-    if serial:
-        os.environ[ENV_FORWARD_THREADS] = "1"
     sim = Simulation(cfg, data, **sim_kw)
     if loop_training:  # backend="auto" as it was before the workers backend: local training on the loop
         sim.backend = LoopBackend()
@@ -72,9 +69,13 @@ def one(cfg, data, sim_kw: dict) -> dict:
         marks.append((time.process_time(), len(getattr(sim.backend, "calls", []))))
 
     t0, c0 = time.perf_counter(), time.process_time()
-    run = sim.run(progress=False, callback=mark)
+    if serial:
+        os.environ[ENV_FORWARD_THREADS] = "1"
+    try:
+        run = sim.run(progress=False, callback=mark)
+    finally:
+        os.environ.pop(ENV_FORWARD_THREADS, None)
     wall = time.perf_counter() - t0
-    os.environ.pop(ENV_FORWARD_THREADS, None)
     r = run.rounds
     calls = getattr(sim.backend, "calls", [])
     main_cpu, busiest, steps = [], [], []

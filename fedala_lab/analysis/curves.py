@@ -236,7 +236,7 @@ def training_outcomes(run, *, rounds: tuple[int, int] | None = None, far: float 
         return {"rounds": (0, 0), "clients": 0, "worse": 0.0, "far": 0.0, "far_clients": 0, "far_share": 0.0}
     sizes = np.asarray(run.meta.get("train_sizes", []), dtype=float)
     w = sizes[c["client"].to_numpy()] if len(sizes) else np.ones(len(c))
-    c = c.assign(worse=c["trained_loss"] > c["init_loss"], wl=w * c["trained_loss"], w=w)
+    c = c.assign(worse=c["trained_loss"] > c["init_loss"], wl=w * c["trained_loss"])
     med = c.groupby("round")["trained_loss"].transform("median")
     c = c.assign(far=c["trained_loss"] > far * med)
     g = c.groupby("round")

@@ -62,20 +62,20 @@ def forward_threads(device: torch.device | str = "cpu") -> int:
     return default_workers()
 
 
-def thread_map(fn: Callable, items: Iterable, *, threads: int, ctx=None, per_thread: Callable | None = None) -> list:
+def thread_map(fn: Callable, items: Iterable, *, threads: int, per_thread: Callable, ctx=None) -> list:
     """``[fn(item, ctx) for item in items]``, the items shared out among ``threads`` threads as each becomes
     free, results in the items' order. In one thread ``ctx`` is used as given; with more, each thread makes
     its own with ``per_thread()`` (once: a model copy, a step built on it). Grad mode is off in every
     thread (it is thread-local in torch): this is for forward passes."""
     items = list(items)
-    if threads <= 1 or len(items) <= 1 or per_thread is None and ctx is not None:
+    if threads <= 1 or len(items) <= 1:
         with torch.no_grad():
             return [fn(item, ctx) for item in items]
     local = threading.local()
 
     def run(item):
         if not hasattr(local, "ctx"):
-            local.ctx = per_thread() if per_thread is not None else None
+            local.ctx = per_thread()
             torch.set_grad_enabled(False)  # this thread's own grad mode
         return fn(item, local.ctx)
 
