@@ -10,20 +10,32 @@ records the trajectories the papers' figures need.
 """
 
 from ._version import __version__
+from .algorithms import Algorithm, Wrapper, register_algorithm
 from .config import DataConfig, RunConfig
+from .data.federated import FederatedData
 from .errors import ConfigError, DataError, FedalaError, TrainingDiverged
+from .params import Bool, Choice, Float, Int, Param
 
 __all__ = [
+    "Algorithm",
+    "Bool",
+    "Choice",
     "ConfigError",
     "DataConfig",
     "DataError",
     "FedalaError",
+    "FederatedData",
+    "Float",
+    "Int",
+    "Param",
     "RunConfig",
     "TrainingDiverged",
+    "Wrapper",
     "__version__",
     "get_or_run",
     "load_run",
     "preset",
+    "register_algorithm",
     "simulate",
 ]
 

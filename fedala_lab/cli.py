@@ -21,17 +21,17 @@ import time
 from pathlib import Path
 
 from . import webapp
+from .algorithms import registry
 from .analysis.tables import data_title, sweep_table, table_markdown
 from .config import (
-    ALGORITHMS,
     BACKENDS,
     DATASETS,
     PARTITIONS,
-    SETTING_NAMES,
     DataConfig,
     RunConfig,
     parse_value,
     parse_values,
+    setting_names,
     unknown_setting,
     with_settings_file,
 )
@@ -98,7 +98,8 @@ _RENAME = {"clients": "num_clients"}
 def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", help="named config: teach, mnist-dir0.1, mnist-pat")
     p.add_argument("--config", type=Path, help="a JSON or YAML config file (flags override it)")
-    p.add_argument("--algos", help=f"comma-separated algorithms to run on the same data: {', '.join(ALGORITHMS)}")
+    p.add_argument("--algos", help="comma-separated algorithms to run on the same data: "
+                   + ", ".join(registry.names()))
     for flag, (typ, help_) in _RUN_FLAGS.items():
         p.add_argument(f"--{flag}", type=typ, help=help_, default=None)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -109,7 +110,7 @@ def _configs_from_args(args) -> list[RunConfig]:
     base, changes = _base_and_changes(args)
     cfg = base.replace(**changes) if changes else base
     algos = [a.strip() for a in args.algos.split(",")] if args.algos else [cfg.algo]
-    return [cfg.replace(algo=a) for a in algos]
+    return [cfg.replace(algo=a).check() for a in algos]
 
 
 def _base_and_changes(args, base: RunConfig | None = None) -> tuple[RunConfig, dict]:
@@ -134,7 +135,7 @@ def _flag_changes(args) -> dict:
             raise FedalaError(f"--set {item!r}: expected KEY=VALUE, e.g. --set shuffle=true")
         k, v = item.split("=", 1)
         key, value = k.strip().replace("-", "_"), parse_value(v.strip())
-        if key not in SETTING_NAMES:
+        if key not in setting_names():
             raise unknown_setting(key, value)
         changes[key] = value
     return changes
@@ -144,8 +145,8 @@ def _flag_changes(args) -> dict:
 
 
 def cmd_run(args) -> int:
+    from .compute.device import resolve_device
     from .data.federated import FederatedData
-    from .engine.simulate import resolve_device
 
     cfgs = _configs_from_args(args)
     store = RunStore(args.store)

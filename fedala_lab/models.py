@@ -29,8 +29,12 @@ from itertools import islice
 import torch
 from torch import nn
 
-from .config import MODELS
 from .errors import ConfigError
+
+# Names a config's ``model`` takes ("auto": FedAvgCNN from 28×28 images up, SmallCNN for smaller ones, the MLP
+# for anything else). FastText needs text data: pass it as a module, simulate(cfg, model=FastText(...), data=…).
+MODELS = ("auto", "fedavgcnn", "smallcnn", "mlp", "resnet18")
+CUSTOM_PREFIX = "custom:"  # a config's model "custom:<hash>": a module passed to simulate(..., model=module)
 
 
 class BlockNet(nn.Sequential):
@@ -164,11 +168,20 @@ def top_block_start(model: BlockNet, p: int) -> int:
     return [n for n, _ in model.named_children()].index(first)
 
 
-def ala_param_names(model: BlockNet, p: int) -> list[str]:
-    """Names of the parameters in the top p blocks (those that get element-wise ALA weights)."""
-    start = top_block_start(model, p)
-    names = [n for n, _ in model.named_children()][start:]
-    return [k for k, _ in model.named_parameters() if k.split(".", 1)[0] in names]
+def ala_param_names(model: nn.Module, p: int, among=None) -> list[str]:
+    """Names of the parameters in the top p blocks (those that get element-wise ALA weights); with ``among``,
+    the top p of the blocks whose parameters all lie in ``among`` (what a method sends: FedRep's body)."""
+    if among is None:
+        start = top_block_start(model, p)
+        names = [n for n, _ in model.named_children()][start:]
+        return [k for k, _ in model.named_parameters() if k.split(".", 1)[0] in names]
+    among = set(among)
+    every = [(n, [f"{n}.{k}" for k, _ in m.named_parameters()]) for n, m in layer_blocks(model)]
+    blocks = [(n, ks) for n, ks in every if set(ks) <= among]
+    if not 1 <= p <= len(blocks):
+        which = "the model's blocks" if len(blocks) == len(every) else "the blocks this method sends"
+        raise ConfigError("p", p, f"1 <= p <= {len(blocks)} ({which}: " + ", ".join(n for n, _ in blocks) + ")")
+    return [k for _, ks in blocks[len(blocks) - p:] for k in ks]
 
 
 def num_ala_weights(model: BlockNet, p: int) -> int:
@@ -179,6 +192,19 @@ def num_ala_weights(model: BlockNet, p: int) -> int:
 
 def num_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def fingerprint(model: nn.Module) -> str:
+    """16 hex digits of the SHA-256 of a module's architecture (its ``repr``: layers and their sizes) and of
+    every parameter and buffer (name, dtype, shape, values): what names a custom model in a run key."""
+    import hashlib
+
+    h = hashlib.sha256(repr(model).encode())
+    for name, t in model.state_dict().items():
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
+        h.update(t.numpy().tobytes() if t.dtype != torch.bfloat16 else t.float().numpy().tobytes())
+    return h.hexdigest()[:16]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -200,8 +226,7 @@ def auto_model_name(input_shape: tuple[int, ...]) -> str:
     return "mlp"
 
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *, vocab_size: int | None = None,
-                seed: int | None = None) -> BlockNet:
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *, seed: int | None = None) -> BlockNet:
     """Build a model for inputs of ``input_shape`` (one sample, e.g. (1, 28, 28)) and check it fits.
 
     ``seed`` makes the initial weights reproducible without touching the global RNG.
@@ -216,7 +241,7 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *, vo
     with _BUILD_LOCK, fork:
         if seed is not None:
             torch.manual_seed(seed)
-        model = _construct(name, tuple(input_shape), num_classes, vocab_size)
+        model = _construct(name, tuple(input_shape), num_classes)
     _check_fits(model, name, tuple(input_shape))
     return model
 
@@ -232,7 +257,7 @@ class _nullcontext:
         return False
 
 
-def _construct(name, shape, num_classes, vocab_size):
+def _construct(name, shape, num_classes):
     if name == "fedavgcnn":
         if len(shape) != 3 or min(shape[1:]) < 16:
             raise ConfigError("model", name, "a model that fits the data: FedAvgCNN needs images of at "
@@ -250,18 +275,11 @@ def _construct(name, shape, num_classes, vocab_size):
             raise ConfigError("model", name, "a model that fits the data: ResNet-18 needs images of at "
                               f"least 32×32, the data has shape {shape}", "use resize=32")
         return ResNet18(num_classes=num_classes, in_channels=shape[0])
-    if name == "fasttext":
-        if vocab_size is None or len(shape) != 1:
-            raise ConfigError("model", name, "text data (token ids); this data holds images of shape "
-                              f"{shape}")
-        return FastText(vocab_size=vocab_size, num_classes=num_classes)
     raise ConfigError("model", name, "one of " + ", ".join(MODELS))
 
 
 def _check_fits(model: BlockNet, name: str, shape) -> None:
     """A dry forward on one dummy sample, so a mismatch fails here with a clear message."""
-    if name == "fasttext":
-        return
     was = model.training
     model.eval()
     try:

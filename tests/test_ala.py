@@ -133,7 +133,7 @@ def test_engine_ala_equals_reference_transcription(ragged, p, layer_idx):
                 _, w, losses = expected[c]
                 for j, name in enumerate(names[-layer_idx:]):
                     torch.testing.assert_close(sim.state.weights[name][c], w[j], atol=1e-5, rtol=0)
-                rows = sim.recorder.ala
+                rows = sim.recorder.tables["ala"]
                 got = [l for r, cl, l in zip(rows["round"], rows["client"], rows["loss"]) if r == t and cl == c]
                 np.testing.assert_allclose(got, losses, atol=1e-5)
             if t == 2:
@@ -240,7 +240,7 @@ def test_drop_in_equals_the_engine_and_the_reference_transcription(ragged, kind,
         glob = {n: v.clone() for n, v in sim.global_params.items()}
         for c in range(5):
             local = {n: v[c].clone() for n, v in sim.local_params.items()}
-            states[c] = drop_ins[c](local, glob)  # Θ̂ as a state dict
+            states[c] = drop_ins[c].adaptive_local_aggregation(glob, local)  # Θ̂ as a state dict
             if t > 1:
                 n_c, m = int(sim.train_sizes[c]), int(cfg.s / 100 * sim.train_sizes[c])
                 off = int(generator(cfg.seed, t, c, ALA_WINDOW).integers(0, n_c - m + 1))
@@ -265,10 +265,10 @@ def test_drop_in_equals_the_engine_and_the_reference_transcription(ragged, kind,
             if t > 1:
                 for n in names[-layer_idx:]:
                     torch.testing.assert_close(drop_ins[c].weights[n], sim.state.weights[n][c], atol=1e-5, rtol=0)
-                rows = sim.recorder.ala
+                rows = sim.recorder.tables["ala"]
                 got = [v for r, cl, v in zip(rows["round"], rows["client"], rows["loss"]) if r == t and cl == c]
                 np.testing.assert_allclose(drop_ins[c].losses, got, atol=1e-5)
-    assert sum(sim.recorder.ala["start_phase"]) > 5  # a real start phase happened
+    assert sum(sim.recorder.tables["ala"]["start_phase"]) > 5  # a real start phase happened
 
 
 def test_drop_in_updates_a_module_in_place_and_keeps_its_buffers():
@@ -280,13 +280,13 @@ def test_drop_in_updates_a_module_in_place_and_keeps_its_buffers():
     glob = copy.deepcopy(net)
     x, y = torch.randn(40, 6), torch.randint(0, 3, (40,))
     ala = ALA(["4.weight", "4.bias"], x, y, eta=1.0, s=50, batch_size=5, max_start_epochs=3)
-    assert ala(net, glob)["4.bias"] is not None and ala.weights is None  # local == global: skipped
+    assert ala(local=net, glob=glob)["4.bias"] is not None and ala.weights is None  # local == global: skipped
     with torch.no_grad():
         for prm in net.parameters():
             prm.add_(0.5 * torch.randn_like(prm))
         net[1].running_mean.fill_(0.25)
     before = {k: v.clone() for k, v in net.state_dict().items()}
-    new = ala(net, glob)
+    new = ala(local=net, glob=glob)
     assert ala.learner.start == 0 and not ala.learner.cached  # batch norm below the head: no cached features
     assert set(ala.weights) == {"4.weight", "4.bias"} and 1 <= len(ala.losses) <= 3 and not ala.start_phase
     for k, v in net.state_dict().items():
@@ -294,5 +294,5 @@ def test_drop_in_updates_a_module_in_place_and_keeps_its_buffers():
     torch.testing.assert_close(net[0].weight, glob[0].weight)  # lower layers: G's
     torch.testing.assert_close(net[1].running_mean, before["1.running_mean"])  # the client's statistics
     torch.testing.assert_close(net[4].weight, blend(before["4.weight"], glob[4].weight, ala.weights["4.weight"]))
-    ala(net, glob)
+    ala(local=net, glob=glob)
     assert len(ala.losses) == 1  # after the start phase: one pass per call

@@ -20,7 +20,7 @@ from fedala_lab.experiments.presets import preset
     ("p", 0, r"p=0 .* >= 1"),
     ("mu", -1, r"mu=-1 .* >= 0"),
     ("batch_size", 0, r"batch_size=0"),
-    ("algo", "fedsgd", r"algo='fedsgd' .* one of fedavg, fedprox, fedala"),
+    ("algo", "fedsgd", r"algo='fedsgd' .* one of fedavg, fedala, fedprox"),
     ("backend", "gpu", r"backend='gpu'"),
     ("device", "tpu", r"device='tpu'"),
     ("track_clients", "a,b", r"track_clients='a,b'"),

@@ -7,7 +7,7 @@ import torch
 from conftest import small_cfg
 
 from fedala_lab.algorithms.base import state_to_dict
-from fedala_lab.engine.simulate import Simulation, read_checkpoint
+from fedala_lab.engine.simulate import Simulation, bind, read_checkpoint
 from fedala_lab.errors import RunCancelled, TrainingDiverged
 
 METRICS = ["test_acc", "test_loss", "train_loss", "init_loss", "trained_loss", "test_correct", "test_num"]
@@ -101,7 +101,7 @@ def test_resume_after_interruption_equals_uninterrupted(ragged, tmp_path):
     times = [c for c in full.rounds.columns if c.endswith("seconds")]
     pd.testing.assert_frame_equal(partial.rounds.drop(columns=times), full.rounds[:3].drop(columns=times))
     again = read_checkpoint(ckpt)
-    assert again.config == cfg and again.status == "partial" and again.meta["stopped_round"] == 3
+    assert again.config == bind(cfg, ragged) and again.status == "partial" and again.meta["stopped_round"] == 3
     pd.testing.assert_frame_equal(again.rounds, partial.rounds)
     pd.testing.assert_frame_equal(again.ala, partial.ala)
     assert read_checkpoint(tmp_path / "absent.pt") is None
@@ -166,7 +166,7 @@ def test_snapshots_and_tracking(ragged):
 
 
 def test_auto_backend_picks_by_device_and_model_size(ragged):
-    from fedala_lab.engine.simulate import SMALL_MODEL, resolve_backend
+    from fedala_lab.algorithms.base import SMALL_MODEL, resolve_backend
 
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
     assert resolve_backend("auto", cpu, SMALL_MODEL - 1) == "vectorised"

@@ -222,7 +222,7 @@ def _synthetic_run(oscillating=3, rounds=30):
                  .groupby("round")[["init_loss", "trained_loss"]].sum().reset_index())
     rounds_df["acc"] = 0.9 - 0.5 * np.exp(-t / 4)
     rounds_df["best_acc"] = rounds_df["acc"].cummax()
-    return Run(config=preset("teach", algo="fedala", rounds=rounds), clients=clients, rounds=rounds_df, ala=pd.DataFrame(),
+    return Run(config=preset("teach", algo="fedala", rounds=rounds), clients=clients, rounds=rounds_df,
                meta={"train_sizes": sizes.tolist()})
 
 

@@ -18,39 +18,42 @@ PACKAGE = Path(__file__).resolve().parents[1] / "fedala_lab"
 
 # The architecture, bottom up: module prefix -> floor.
 LAYERS = {
-    # 1: what everything may name: errors, the configs (with the algorithm registry), the version
+    # 1: what everything may name: errors, declared parameters (a setting's default, range and meaning), the
+    # version
     "fedala_lab.errors": 1,
-    "fedala_lab.config": 1,
+    "fedala_lab.params": 1,
     "fedala_lab._version": 1,
-    # 2: data and models; and compute/, the primitives the algorithms build on (derived random generators,
-    # the per-client step functions and the backends that run them over clients)
+    # 2: data (with its config) and models; and compute/, the primitives the algorithms build on (derived random
+    # generators, batch plans, the per-client step functions and the backends that run them over clients)
     "fedala_lab.data": 2,
     "fedala_lab.models": 2,
     "fedala_lab.compute": 2,
-    # 3: the algorithms, small pieces on the shared round loop
+    # 3: the algorithms: the round interface, one module per paper, the registry of their specs
     "fedala_lab.algorithms": 3,
-    # 4: the federated loop, and beside it the record of a run and the run store (which keeps runs and never
+    # 4: the run's config, which names an algorithm from the registry and checks its hyper-parameters
+    "fedala_lab.config": 4,
+    # 5: the federated loop, and beside it the record of a run and the run store (which keeps runs and never
     # makes them: record imports no engine)
-    "fedala_lab.engine": 4,
-    "fedala_lab.record": 4,
-    # 5: which runs (presets, plans, sweeps) and how to get them (get_or_run, the sweep executors)
-    "fedala_lab.experiments": 5,
-    # 6: analysis of recorded runs, compute only
-    "fedala_lab.analysis": 6,
-    # 7: Displays, draw only
-    "fedala_lab.figures": 7,
-    # 8: the driver: plans → runs → analysis → Displays → files and their index
-    "fedala_lab.reproduce": 8,
-    # 9: the faces: the command line and the lecture app
-    "fedala_lab.cli": 9,
-    "fedala_lab.webapp": 9,
-    # 10: the package root, which hands on the few names a user starts from
-    "fedala_lab": 10,
+    "fedala_lab.engine": 5,
+    "fedala_lab.record": 5,
+    # 6: which runs (presets, plans, sweeps) and how to get them (get_or_run, the sweep executors)
+    "fedala_lab.experiments": 6,
+    # 7: analysis of recorded runs, compute only
+    "fedala_lab.analysis": 7,
+    # 8: Displays, draw only
+    "fedala_lab.figures": 8,
+    # 9: the driver: plans → runs → analysis → Displays → files and their index
+    "fedala_lab.reproduce": 9,
+    # 10: the faces: the command line and the lecture app
+    "fedala_lab.cli": 10,
+    "fedala_lab.webapp": 10,
+    # 11: the package root, which hands on the few names a user starts from
+    "fedala_lab": 11,
 }
 
 # Imports between two units of one floor: (importer's unit, imported unit) -> why.
 SIDEWAYS = {
-    ("fedala_lab.config", "fedala_lab.errors"): "a bad setting is a ConfigError",
+    ("fedala_lab.params", "fedala_lab.errors"): "a bad setting is a ConfigError",
     ("fedala_lab.engine", "fedala_lab.record"): "a simulation returns a Run",
     ("fedala_lab.cli", "fedala_lab.webapp"): "`fedala-lab app` starts the app",
 }

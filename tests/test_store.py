@@ -29,7 +29,7 @@ def test_get_or_run_caches_and_roundtrips(ragged, tmp_path):
     run = get_or_run(cfg, store, data=ragged, progress=False)
     d = store.dir_for(cfg)
     assert run.path == d and (d / "manifest.json").is_file()
-    assert d.name.startswith("fedala-digits-dir0.1-n5-r3-s0-") and d.name.endswith(cfg.key())
+    assert d.name.startswith("fedala-custom-ragged-n5-r3-s0-") and d.name.endswith(cfg.key())
     again = get_or_run(cfg, store, data=None, progress=False)  # no data needed: it is a cache hit
     pd.testing.assert_frame_equal(run.clients, again.clients)
     pd.testing.assert_frame_equal(run.rounds, again.rounds)

@@ -27,7 +27,7 @@ def test_fields_validation_defaults_and_key():
     with pytest.raises(ConfigError, match="drop_stragglers"):
         RunConfig(stragglers=0.5, drop_stragglers="yes")
     with pytest.raises(ConfigError, match="stragglers=0.5 is not allowed: 0 with FedLAMA"):
-        RunConfig(algo="fedlama", stragglers=0.5)
+        RunConfig(algo="fedlama", stragglers=0.5).check()
     # who drops: the FedProx paper's choice per algorithm, unless set
     drops = {a: RunConfig(algo=a, stragglers=0.5).drops_stragglers
              for a in ("fedavg", "fedala", "fedavg-c", "local", "fedprox", "fedprox+ala", "fedprox-c")}
@@ -71,7 +71,7 @@ def test_a_straggler_does_exactly_its_drawn_number_of_steps(ragged):
 def test_dropped_stragglers_train_nothing_and_send_nothing(ragged):
     cfg = small_cfg(algo="fedavg", stragglers=0.4, rounds=3)  # FedAvg drops them: 2 of 5 each round
     sim = Simulation(cfg, ragged)
-    model_bytes = sim.param_bytes(sim.param_names)
+    model_bytes = sim.setup.param_bytes()
     w_all = torch.tensor(ragged.train_sizes, dtype=torch.float64)
     for t in (1, 2, 3):
         before = {n: v.clone() for n, v in sim.global_params.items()}

@@ -254,7 +254,7 @@ def test_forced_small_chunk_equals_unchunked(model):
 
 def _bn_setup(num_clients=6, steps=3, batch=5, seed=0):
     from fedala_lab.compute.backends import BatchPlan
-    from fedala_lab.compute.steps import make_sgd_step
+    from fedala_lab.compute.steps import SGD, make_sgd_step
 
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
@@ -270,7 +270,7 @@ def _bn_setup(num_clients=6, steps=3, batch=5, seed=0):
     carry = {"params": {k: v.unsqueeze(0).repeat(num_clients, *[1] * v.dim()) for k, v in model.named_parameters()},
              "buffers": {k: v.unsqueeze(0).repeat(num_clients, *[1] * v.dim()).clone()
                          for k, v in model.named_buffers()}}
-    return model, make_sgd_step(model, 0.1), carry, plan, x, y
+    return model, make_sgd_step(model, SGD(0.1)), carry, plan, x, y
 
 
 def test_out_of_memory_halves_the_chunk_and_retries(monkeypatch):

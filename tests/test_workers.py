@@ -13,9 +13,10 @@ import pytest
 import torch
 from conftest import assert_same_run, make_ragged_data, run_sim, small_cfg
 
+from fedala_lab.algorithms.base import SMALL_MODEL, resolve_backend
 from fedala_lab.compute.backends import BatchPlan
 from fedala_lab.compute.workers import WorkerError, WorkerPool
-from fedala_lab.engine.simulate import SMALL_MODEL, Simulation, resolve_backend
+from fedala_lab.engine.simulate import Simulation
 from fedala_lab.errors import ConfigError, RunCancelled
 
 # ragged clients; client 1 holds 3 train samples: one partial batch (drop_last=False) or none (True)
@@ -55,21 +56,20 @@ def test_workers_equal_loop_bit_for_bit(algo, drop_last, data, pool):
     assert run_w.clients.loc[~run_w.clients["selected"], "seconds"].isna().all()
 
 
-def tiny_bn_parts():
-    """A conv net with batch norm (what a worker rebuilds: model, lr, no extra gradient)."""
+def tiny_bn_model():
+    """A conv net with batch norm (what a worker trains: the model, plain SGD)."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
-                                torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 4))
-    return model, 0.1, None
+    return torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                               torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 4))
 
 
 def test_batch_norm_buffers_stay_per_client_and_equal_the_loop(data, pool):
     from fedala_lab.compute.backends import LoopBackend
-    from fedala_lab.compute.steps import make_sgd_step
+    from fedala_lab.compute.steps import SGD, make_sgd_step
     from fedala_lab.compute.workers import WorkerBackend
 
-    model, lr, _ = tiny_bn_parts()
-    step = make_sgd_step(model, lr)
+    model = tiny_bn_model()
+    step = make_sgd_step(model, SGD(0.1))
     carry = {"params": {k: v.detach().unsqueeze(0).repeat(4, *[1] * v.dim()) for k, v in model.named_parameters()},
              "buffers": {k: v.unsqueeze(0).repeat(4, *[1] * v.dim()) for k, v in model.named_buffers()}}
     g = np.random.default_rng(0)  # four clients: 3, 0, 2 and 1 batches, the last ones partial
@@ -78,7 +78,7 @@ def test_batch_norm_buffers_stay_per_client_and_equal_the_loop(data, pool):
     x, y = data.train_x, data.train_y
     ref, ref_aux = LoopBackend().run(step, carry, {}, plan, x, y, train=True, model=model)
     times = []
-    backend = WorkerBackend(tiny_bn_parts, step, workers=pool, capacity=4)
+    backend = WorkerBackend(model, workers=pool, capacity=4)
     got, got_aux = backend.run(step, carry, {}, plan, x, y, train=True, model=model, timings=times)
     for part in ("params", "buffers"):
         for k in ref[part]:
@@ -181,10 +181,9 @@ def test_a_failing_or_dying_worker_is_one_clear_error_and_leaves_no_process(data
     clients = torch.arange(2)
 
     def train(plan):
-        return sim.backend.run(sim.sgd_step, sim.gather(clients), {"global": sim.global_params}, plan,
-                               sim.data.train_x, sim.data.train_y, train=True, model=sim.model)
+        return sim.round_view(1).train(clients, plan)
 
-    train(sim.train_plan(1, clients, epochs=1))
+    train(sim.setup.plan(1, clients, epochs=1))
     pids = sim.backend.pids
     bad = BatchPlan(torch.full((2, 1, 4), 10**6), np.full((2, 1), 4))  # rows past the data: IndexError there
     with pytest.raises(IndexError) as info:
@@ -192,7 +191,7 @@ def test_a_failing_or_dying_worker_is_one_clear_error_and_leaves_no_process(data
     assert "raised in training worker process" in "".join(info.value.__notes__)
     assert "Traceback" in str(info.value.__cause__)  # the worker's own traceback
     assert len(pids) == 2 and gone(pids) and sim.backend.pids == []
-    train(sim.train_plan(1, clients, epochs=1))  # the next call starts afresh
+    train(sim.setup.plan(1, clients, epochs=1))  # the next call starts afresh
     sim.close()
 
     def kill_one(sim, row):

@@ -11,10 +11,11 @@ then starts from Θ̂.
 
 Three layers, top to bottom:
 
-- :class:`ALAPieces`: ALA as the local initialisation of a simulated run (FedALA, "+ala" on any method);
-  ``ala_initialise`` is Algorithm 1, lines 3–10 of the paper; its state is :class:`ALAState`;
+- :class:`WithALA`: ALA as the local initialisation of a simulated run, on any algorithm that takes it
+  (the ``+ala`` modifier; FedALA is ``fedavg+ala``); :meth:`WithALA.initialise` is Algorithm 1, lines 3–10
+  of the paper; its state is :class:`ALAState`;
 - :class:`ALA`: the drop-in — ALA on any PyTorch model and one client's data, in anyone's training loop
-  (the reference's ``ALA`` class);
+  (the reference's ``ALA`` class, with its ``adaptive_local_aggregation(global_model, local_model)``);
 - :class:`WeightLearner`: the math both use — Eq. 5 for A clients at once, each on its own window.
 
 Matching the public reference code (FedALA / PFLlib ``ALA.py``):
@@ -33,8 +34,8 @@ Departures, each an option with the reference available:
 
 - ``max_start_epochs`` caps the start phase (the reference loops forever when the threshold is never met);
   clients that hit the cap are recorded in ``run.meta["capped_clients"]`` and reported;
-- ``ala_all_clients=False`` runs ALA for the selected clients only; ``ala_after=K`` keeps plain FedAvg
-  initialisation for rounds ≤ K (the paper's Fig. 4 protocol);
+- ``ala_all_clients=False`` runs ALA for the selected clients only; ``ala_after=K`` keeps the algorithm's
+  own initialisation for rounds ≤ K (the paper's Fig. 4 protocol);
 - a client whose window is empty (s % of a tiny split rounds to 0 samples; the reference crashes) skips
   weight learning and blends with its current W;
 - when the blocks below the top p hold no batch norm or dropout, their output on the window is the same
@@ -42,16 +43,24 @@ Departures, each an option with the reference available:
   the head alone. This is exact, not an approximation (docs/design.md#performance: weights agree to 3e-7).
   Those head-only steps are small, so they run vectorised over clients whenever the run's backend is
   "auto", even where a large model trains a client at a time.
+
+ALA on another method (the paper's Table 4: "ALA only changes the local initialisation"). ALA blends what
+the method sends a client with the client's own model: the top p blocks *of what it receives* get learned
+weights, the rest of what it receives overwrites, and what it never receives stays the client's (FedRep
+sends its body: p = 1 is then the body's top block, and each client's head stays its own). A method that
+sends each client its own model (FedAMP's u_i) is blended per client. A round in which the method sends only
+part of what it can (FedLAMA between full synchronisations) blends the received top-block parameters with
+the client's current W, without learning (Eq. 4 alone); with FedLAMA's φ = 1 this is FedALA (tested).
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import itertools
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -62,12 +71,30 @@ from ..compute.backends import BatchPlan, LoopBackend
 from ..compute.parallel import forward_threads, thread_map
 from ..compute.rng import ALA_WINDOW, generator
 from ..compute.steps import weighted_ce
-from ..config import RunConfig
-from ..models import BlockNet, ala_param_names, top_block_start
-from .base import Algorithm
-from .fedavg import receive_global
+from ..models import BlockNet, ala_param_names, layer_blocks
+from ..params import Bool, Float, Int, Param
+from .base import Algorithm, Round, Sent, Setup, Wrapper
+from .registry import Look, Modifier, register_modifier
 
 _STATEFUL = (nn.modules.batchnorm._BatchNorm, nn.Dropout)
+
+# ALA's hyper-parameters (docs/design.md#ala); they enter the run key of every "+ala" algorithm.
+PARAMS = (
+    Param("eta", 1.0, Float(0, lo_open=True), "ALA: learning rate η of the weights W", short="η"),
+    Param("s", 80.0, Float(0, 100, lo_open=True), "ALA: percent of the client's train split W learns on", short="s"),
+    Param("p", 1, Int(1), "ALA: number of top blocks (layers) with learned weights; the reference's layer_idx "
+          "counts parameter tensors instead (layer_idx=2 is p=1 on the 4-layer CNN)", short="p"),
+    Param("threshold", 0.1, Float(0, lo_open=True), "ALA start phase: stop when the std of the last "
+          "num_pre_loss pass losses is below it (code default 0.1; the paper used 0.01)"),
+    Param("num_pre_loss", 10, Int(1), "ALA start phase: how many pass losses the convergence test looks at"),
+    Param("max_start_epochs", 50, Int(1, 100_000), "ALA start phase: cap on passes (the reference has none and "
+          "can hang); clients that hit it are reported"),
+    Param("ala_all_clients", True, Bool(), "ALA for every client each round (the reference: all are evaluated); "
+          "false: the selected ones only"),
+    Param("ala_after", 0, Int(0, 100_000), "ALA is off (the method's own initialisation) while round <= ala_after "
+          "(Fig. 4 protocol: K = 155)", short="ALA after round {}"),
+)
+ALA_COLUMNS = ["round", "client", "epoch", "loss", "loss_mean", "start_phase", "capped"]
 
 
 # -- the math ---------------------------------------------------------------------------------------
@@ -78,27 +105,31 @@ def blend(local: torch.Tensor, glob: torch.Tensor, weight: torch.Tensor) -> torc
     return local + (glob - local) * weight
 
 
-def make_ala_step(model: nn.Module, eta: float, head_start: int):
+def make_ala_step(model: nn.Module, eta: float, head_start: int, loss=None):
     """One weight-learning step of Eq. 5 for one client, on one batch.
 
-    carry: ``w`` (W), ``l`` (L's top-block params), ``buffers`` (scratch buffers);
-    shared: ``g`` (G's top-block params), ``lower`` (G's lower params; empty when features are cached).
-    ``head_start`` > 0: ``x`` holds the features of the blocks below it (a BlockNet runs from there).
+    carry: ``w`` (W), ``l`` (L's weighted params), ``k`` (L's params that are never received), ``buffers``,
+    and, when each client received its own model, ``g`` and ``lower``; shared: ``g`` (G's weighted params)
+    and ``lower`` (G's other received params; empty when features are cached). ``head_start`` > 0: ``x``
+    holds the features of the blocks below it (a BlockNet runs from there). ``loss(out, y)``: the criterion
+    (default: cross-entropy over the batch's real rows).
     """
     kwargs = {"start": head_start} if head_start else {}
 
-    def loss_fn(theta_high, lower, buffers, x, y, mask):
-        out = functional_call(model, ({**lower, **theta_high}, buffers), (x,), kwargs)
-        return weighted_ce(out, y, mask)
+    def loss_fn(theta_high, rest, buffers, x, y, mask):
+        out = functional_call(model, ({**rest, **theta_high}, buffers), (x,), kwargs)
+        return weighted_ce(out, y, mask) if loss is None else loss(out, y)
 
     g_and_v = grad_and_value(loss_fn)
 
     def step(carry, shared, x, y, mask):
-        w, local, glob = carry["w"], carry["l"], shared["g"]
+        w, local = carry["w"], carry["l"]
+        glob = carry["g"] if "g" in carry else shared["g"]
+        lower = carry["lower"] if "lower" in carry else shared["lower"]
         theta = {n: blend(local[n], glob[n], w[n]) for n in w}
-        grads, loss = g_and_v(theta, shared["lower"], carry["buffers"], x, y, mask)
+        grads, value = g_and_v(theta, {**lower, **carry.get("k", {})}, carry["buffers"], x, y, mask)
         new_w = {n: torch.clamp(w[n] - eta * grads[n] * (glob[n] - local[n]), 0, 1) for n in w}
-        return {"w": new_w}, loss.reshape(1)
+        return {"w": new_w}, value.reshape(1)
 
     return step
 
@@ -123,26 +154,34 @@ class Learned:
 class WeightLearner:
     """Eq. 5 for A clients at once, each on its own window of rows: the core of both ALA's uses.
 
-    Which parameters get weights: ``names`` if given, else those of the top ``p`` blocks (for a
-    :class:`~fedala_lab.models.BlockNet` its blocks; for any other module its top-level children that
-    hold parameters, the last registered on top). Every other parameter is G's during learning.
+    The model's parameters fall in three groups: the weighted ones (``names``: those of ``names`` if given,
+    else of the top ``p`` blocks among the ``received`` parameters — for a :class:`~fedala_lab.models.BlockNet`
+    its blocks, for any other module its top-level children that hold parameters, the last registered on top),
+    the other received ones (``lower``: G's during learning) and those never received (``kept``: the client's
+    own, L's).
 
-    An ``nn.Sequential`` (a BlockNet is one) runs block after block, so when its blocks below the
-    weighted ones hold no batch norm or dropout, their output is computed once (:meth:`features`) and
-    every step runs the top blocks alone (``cached``). Any other module runs whole at every step.
+    An ``nn.Sequential`` (a BlockNet is one) runs block after block, so when the blocks below the weighted and
+    kept ones hold only lower parameters and no batch norm or dropout, their output is computed once
+    (:meth:`features`) and every step runs the top blocks alone (``cached``). Any other module runs whole at
+    every step.
     """
 
-    def __init__(self, model: nn.Module, *, p: int | None = None, names=None, eta: float, batch_size: int,
-                 threshold: float, num_pre_loss: int, max_start_epochs: int):
+    def __init__(self, model: nn.Module, *, p: int | None = None, names=None, received=None, eta: float,
+                 batch_size: int, threshold: float, num_pre_loss: int, max_start_epochs: int, loss=None):
         self.eta, self.batch_size, self.threshold = eta, batch_size, threshold
         self.num_pre_loss, self.max_start_epochs = num_pre_loss, max_start_epochs
         params = dict(model.named_parameters())
-        self.names = ala_param_names(model, p) if names is None else [k for k in params if k in set(names)]
-        if names is not None and len(self.names) != len(set(names)):
-            raise ValueError(f"not parameters of the model: {sorted(set(names) - set(params))}")
-        self.lower = [k for k in params if k not in set(self.names)]
+        received = list(params) if received is None else [k for k in params if k in set(received)]
+        if names is None:
+            self.names = ala_param_names(model, p, among=received)
+        else:
+            self.names = [k for k in params if k in set(names)]
+            if len(self.names) != len(set(names)):
+                raise ValueError(f"not parameters of the model: {sorted(set(names) - set(params))}")
+        self.lower = [k for k in received if k not in set(self.names)]
+        self.kept = [k for k in params if k not in set(received)]
         blocks = list(model.named_children())
-        start = _split_at(model, blocks, p, self.names)
+        start = _split_at(model, blocks, set(self.names) | set(self.kept))
         below = [m for _, b in blocks[:start] for m in b.modules()]
         self.cached = start > 0 and not any(isinstance(m, _STATEFUL) for m in below)
         self.start = start if self.cached else 0  # the first block a step runs
@@ -152,24 +191,32 @@ class WeightLearner:
         self.buffer_names = [k for k, _ in model.named_buffers()
                              if not self.cached or k.split(".", 1)[0] in head]
         # the parameters a step runs through: what decides how its steps are best run over clients
-        self.step_params = sum(params[k].numel() for k in (self.names if self.cached else params))
-        self.step = make_ala_step(self.model, eta, self.start)
+        self.step_params = sum(params[k].numel() for k in
+                               ([*self.names, *self.kept] if self.cached else params))
+        self.step = make_ala_step(self.model, eta, self.start, loss)
 
     def learn(self, weights: dict, local: dict, glob: dict, x: torch.Tensor, y: torch.Tensor, lengths,
-              start_phase: np.ndarray, *, buffers: dict, backend) -> Learned:
+              start_phase: np.ndarray, *, buffers: dict, backend, per_client: bool = False) -> Learned:
         """Learn W for A clients: client i's window is the next ``lengths[i]`` rows of ``x``, ``y``.
 
-        ``weights``, ``local``: W and L of the weighted parameters, (A, *shape) each; ``glob``: G's
-        parameters (all); ``start_phase``: (A,) bool, those clients pass until converged or capped, the
-        others once; ``buffers``: the clients' buffers (A, …), of which steps use scratch copies;
-        ``backend``: runs the steps (the loop or the vectorised one, compute/backends.py).
+        ``weights``: W, (A, *shape) per weighted parameter; ``local``: L's weighted and kept parameters (A, …);
+        ``glob``: G's weighted and lower parameters, one G for all (``per_client=False``) or (A, …) each;
+        ``start_phase``: (A,) bool, those clients pass until converged or capped, the others once;
+        ``buffers``: the clients' buffers (A, …), of which steps use scratch copies; ``backend``: runs the
+        steps (the loop or the vectorised one, compute/backends.py).
         """
         if self.cached:
-            x = self.features(glob, x)
+            x = self.features(glob, x, lengths if per_client else None)
         plan = self.plan(lengths, x.device)
-        carry = {"w": weights, "l": local, "buffers": {k: buffers[k] for k in self.buffer_names}}
-        shared = {"g": {n: glob[n] for n in self.names},
-                  "lower": {} if self.cached else {n: glob[n] for n in self.lower}}
+        carry = {"w": weights, "l": {n: local[n] for n in self.names}, "k": {n: local[n] for n in self.kept},
+                 "buffers": {k: buffers[k] for k in self.buffer_names}}
+        lower = {} if self.cached else {n: glob[n] for n in self.lower}
+        g = {n: glob[n] for n in self.names}
+        if per_client:
+            carry.update(g=g, lower=lower)
+            shared = {}
+        else:
+            shared = {"g": g, "lower": lower}
         passes: list[list[tuple[float, float]]] = [[] for _ in lengths]
         active = np.asarray(lengths) > 0
         capped = np.zeros(len(lengths), dtype=bool)
@@ -200,8 +247,9 @@ class WeightLearner:
         return BatchPlan.from_batches([[np.arange(a + j, min(a + j + b, e)) for j in range(0, e - a, b)]
                                        for a, e in itertools.pairwise(ends)], device)
 
-    def features(self, glob: dict, x: torch.Tensor, chunk: int = 256) -> torch.Tensor:
-        """Output of the blocks below the weighted ones with G's parameters (no grad), in chunks of rows.
+    def features(self, glob: dict, x: torch.Tensor, lengths=None, chunk: int = 256) -> torch.Tensor:
+        """Output of the blocks below the weighted ones with G's parameters (no grad), in chunks of rows; with
+        ``lengths`` each client's rows go through its own G (``glob`` (A, …)).
 
         The chunk changes only the speed, not a float (a conv's output per row does not depend on the
         rows beside it): 256 rows keep a conv's activations in cache, 22 % faster than 1,024 on the MNIST
@@ -209,26 +257,31 @@ class WeightLearner:
         computed exactly as in one thread."""
         buffers = dict(self.model.named_buffers())
         self.model.eval()
+        if lengths is None:
+            pieces = [(glob, i, min(i + chunk, len(x))) for i in range(0, len(x), chunk)]
+        else:
+            ends = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+            pieces = [({n: v[c] for n, v in glob.items()}, i, min(i + chunk, e))
+                      for c, (a, e) in enumerate(itertools.pairwise(ends)) for i in range(a, e, chunk)]
 
-        def chunk_out(i: int, model: nn.Module) -> torch.Tensor:
-            return functional_call(model, (glob, buffers), (x[i:i + chunk],), {"stop": self.start})
+        def chunk_out(piece, model: nn.Module) -> torch.Tensor:
+            g, a, e = piece
+            return functional_call(model, (g, buffers), (x[a:e],), {"stop": self.start})
 
-        outs = thread_map(chunk_out, range(0, len(x), chunk), threads=forward_threads(x.device), ctx=self.model,
+        outs = thread_map(chunk_out, pieces, threads=forward_threads(x.device), ctx=self.model,
                           per_thread=lambda: copy.deepcopy(self.model))
         return torch.cat(outs) if outs else x.new_zeros((0,))
 
 
-def _split_at(model: nn.Module, blocks, p: int | None, names: list[str]) -> int:
-    """Index of the lowest child a step must run when the children above it hold exactly ``names`` (0 when
-    no such split exists, or the module does not run its children in order)."""
-    if not isinstance(model, nn.Sequential) or not names:
+def _split_at(model: nn.Module, blocks, top: set[str]) -> int:
+    """Index of the lowest child a step must run when the children from there up hold exactly the parameters
+    ``top`` (weighted and kept); 0 when no such split exists, or the module does not run its children in order."""
+    if not isinstance(model, nn.Sequential) or not top:
         return 0
-    if p is not None:
-        return top_block_start(model, p)
     owner = [n for n, _ in blocks]
-    first = min((owner.index(k.split(".", 1)[0]) for k in names if k.split(".", 1)[0] in owner), default=0)
+    first = min((owner.index(k.split(".", 1)[0]) for k in top if k.split(".", 1)[0] in owner), default=0)
     above = [k for k, _ in model.named_parameters() if k.split(".", 1)[0] in set(owner[first:])]
-    return first if sorted(above) == sorted(names) else 0
+    return first if sorted(above) == sorted(top) else 0
 
 
 def _take(tree: dict, idx: torch.Tensor) -> dict:
@@ -247,29 +300,42 @@ def _put(tree: dict, idx: torch.Tensor, src: dict) -> None:
 
 
 class ALA:
-    """ALA on any PyTorch model, for one client, inside your own training loop.
+    """ALA on any PyTorch model, for one client, inside your own training loop (the reference's ``ALA``).
 
         from fedala_lab.algorithms.ala import ALA
 
         ala = ALA(model, x_train, y_train, p=1, eta=1.0, s=80, batch_size=10)
         for t in range(rounds):
             global_model = receive_from_server()
-            ala(local_model, global_model)    # local_model ← Θ̂ = L + (G − L) ⊙ [1; W], in place
-            train(local_model)
+            ala.adaptive_local_aggregation(global_model, local_model)  # the reference's call and order
+            train(local_model)                                          # local_model ← L + (G − L) ⊙ [1; W]
+
+    Porting from the reference: ``ALA.from_reference(cid, loss, train_data, batch_size, rand_percent,
+    layer_idx, eta, device, threshold, num_pre_loss)`` takes its constructor's arguments, and
+    ``adaptive_local_aggregation(global_model, local_model)`` its method's (global first, then local).
+    Calling the object itself takes keywords only, ``ala(local=…, glob=…)``, so that a port writing
+    ``ala(global_model, local_model)`` fails instead of overwriting the global model.
 
     ``model`` is a template of the architecture (its values are not used; ALA keeps a copy), or a list of
     the parameter names to weight, the template then being the first ``nn.Module`` a call receives.
     Weighted are the parameters named in ``params`` (or in that list), else the top ``p`` blocks: for a
     :class:`~fedala_lab.models.BlockNet` its blocks, as everywhere in fedala_lab; for any other module its
     top-level children that hold parameters, the last registered on top (an ``nn.Sequential``'s last
-    layers). Every other parameter is overwritten with G's.
+    layers). ``p`` counts blocks (layers), the reference's ``layer_idx`` counts parameter tensors: a Linear
+    layer is one block and two tensors, so ``layer_idx=2`` is ``p=1`` (``layer_idx=layer_idx`` converts).
+    Every other parameter is overwritten with G's.
 
-    ``ala(local, glob)`` takes ``nn.Module``\\ s or state dicts, returns Θ̂ as a state dict (``local``'s
-    buffers kept) and writes it into ``local`` when that is a module. A call that finds every parameter of
-    ``local`` equal to ``glob``'s (round 1) changes nothing. Otherwise it learns W on a window of s % of
-    ``(x_train, y_train)`` (contiguous, at a random offset): the first learning call (the start phase)
-    passes until the std of the last ``num_pre_loss`` pass losses is below ``threshold`` (at most
-    ``max_start_epochs`` passes), later calls pass once. W is kept from call to call.
+    The data: ``x_train``, ``y_train`` as tensors or numpy arrays, or ``x_train`` a ``torch.utils.data.Dataset``
+    of (x, y) pairs (the reference's ``train_data``; read once). ``loss``: the criterion, default
+    cross-entropy (the reference passes ``nn.CrossEntropyLoss()``, which is the same); ``device``: where W
+    and the data live.
+
+    A call that finds every parameter of the local model equal to the global one's (round 1) changes
+    nothing. Otherwise it learns W on a window of s % of the train data (contiguous, at a random offset):
+    the first learning call (the start phase) passes until the std of the last ``num_pre_loss`` pass losses
+    is below ``threshold`` (at most ``max_start_epochs`` passes), later calls pass once. W is kept from
+    call to call. The local model (a module) is updated in place; Θ̂ is returned as a state dict (the local
+    model's buffers kept).
 
     Call k draws its window as a simulation draws client ``client``'s in round k of a run with ``seed``:
     called once a round from round 1, the drop-in computes what the engine does for that client.
@@ -279,26 +345,69 @@ class ALA:
     The steps run one batch at a time (the loop backend), so any module works, dropout included.
     """
 
-    def __init__(self, model, x_train: torch.Tensor, y_train: torch.Tensor, *, p: int = 1, params=None,
+    def __init__(self, model, x_train, y_train=None, *, p: int = 1, params=None, layer_idx: int | None = None,
                  eta: float = 1.0, s: float = 80.0, batch_size: int = 10, threshold: float = 0.1,
-                 num_pre_loss: int = 10, max_start_epochs: int = 50, seed: int = 0, client: int = 0):
+                 num_pre_loss: int = 10, max_start_epochs: int = 50, seed: int = 0, client: int = 0, loss=None,
+                 device=None):
         if not isinstance(model, nn.Module):
             model, params = None, list(model)
-        self.x, self.y = x_train, y_train
+        self.x, self.y = _as_tensors(x_train, y_train, device)
         self.s, self.seed, self.client = s, seed, client
+        self.layer_idx = layer_idx
+        if layer_idx is not None and (not isinstance(layer_idx, int) or layer_idx < 0):
+            raise ValueError(f"layer_idx={layer_idx!r}: the reference's count of parameter tensors from the top "
+                             "(0: the whole model)")
         self._settings = {"p": None if params is not None else p, "names": params, "eta": eta,
                           "batch_size": batch_size, "threshold": threshold, "num_pre_loss": num_pre_loss,
-                          "max_start_epochs": max_start_epochs}
+                          "max_start_epochs": max_start_epochs,
+                          "loss": None if loss is None or isinstance(loss, nn.CrossEntropyLoss) else loss}
         self.learner = self._learner(model) if model is not None else None
         self.weights: dict[str, torch.Tensor] | None = None
         self.losses: list[float] = []
         self.start_phase, self.capped, self.round = True, False, 0
 
+    @classmethod
+    def from_reference(cls, cid: int, loss, train_data, batch_size: int, rand_percent: float, layer_idx: int = 0,
+                       eta: float = 1.0, device="cpu", threshold: float = 0.1, num_pre_loss: int = 10, *,
+                       seed: int = 0, max_start_epochs: int = 50) -> ALA:
+        """The reference's constructor, argument for argument (``ALA(cid, loss, train_data, batch_size,
+        rand_percent, layer_idx, eta, device, threshold, num_pre_loss)``): ``rand_percent`` is s, ``layer_idx``
+        counts parameter tensors from the top (0: all of them). The model is taken from the first call."""
+        return cls([], train_data, None, layer_idx=layer_idx, eta=eta, s=rand_percent, batch_size=batch_size,
+                   threshold=threshold, num_pre_loss=num_pre_loss, max_start_epochs=max_start_epochs, seed=seed,
+                   client=cid, loss=loss, device=device)
+
     def _learner(self, template: nn.Module) -> WeightLearner:
         model = copy.deepcopy(template).requires_grad_(False)
-        return WeightLearner(model, **self._settings)
+        settings = dict(self._settings)
+        if self.layer_idx is not None:
+            tensors = [k for k, _ in model.named_parameters()]
+            settings.update(p=None, names=tensors[-self.layer_idx:] if self.layer_idx else tensors)
+        elif settings["names"] is None:
+            blocks = layer_blocks(model)
+            if not 1 <= settings["p"] <= len(blocks):
+                tensors = sum(1 for _ in model.parameters())
+                raise ValueError(
+                    f"p={settings['p']!r}: p counts blocks (layers with parameters) from the top, 1 to {len(blocks)} "
+                    f"for this model ({', '.join(n for n, _ in blocks)}); the reference's layer_idx counts its "
+                    f"{tensors} parameter tensors instead: pass layer_idx= to use that count")
+        elif not settings["names"]:
+            settings["names"] = [k for k, _ in model.named_parameters()]
+        return WeightLearner(model, **settings)
 
-    def __call__(self, local, glob) -> dict[str, torch.Tensor]:
+    def adaptive_local_aggregation(self, global_model, local_model) -> dict[str, torch.Tensor]:
+        """The reference's call, in its order: blend ``global_model`` into ``local_model`` (updated in place when
+        a module) and return Θ̂ as a state dict."""
+        return self._aggregate(local_model, global_model)
+
+    def __call__(self, *args, local=None, glob=None) -> dict[str, torch.Tensor]:
+        if args or local is None or glob is None:
+            raise TypeError("call ala.adaptive_local_aggregation(global_model, local_model) (the reference's order) "
+                            "or ala(local=local_model, glob=global_model): positional models are refused, because "
+                            "swapping them would silently overwrite the global model")
+        return self._aggregate(local, glob)
+
+    def _aggregate(self, local, glob) -> dict[str, torch.Tensor]:
         self.round += 1
         if self.learner is None:
             template = next((m for m in (local, glob) if isinstance(m, nn.Module)), None)
@@ -329,6 +438,20 @@ class ALA:
         return new
 
 
+def _as_tensors(x, y, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Train data as tensors: tensors or numpy arrays as given, or a Dataset of (x, y) pairs read once."""
+    if y is None:
+        if not isinstance(x, torch.utils.data.Dataset):
+            raise TypeError("give x_train and y_train (tensors or numpy arrays), or a Dataset of (x, y) pairs")
+        pairs = [x[i] for i in range(len(x))]
+        x = torch.stack([torch.as_tensor(a) for a, _ in pairs])
+        y = torch.as_tensor([int(b) for _, b in pairs], dtype=torch.int64)
+    x, y = torch.as_tensor(x), torch.as_tensor(y).long()
+    if x.dtype == torch.float64:
+        x = x.float()
+    return (x.to(device), y.to(device)) if device is not None else (x, y)
+
+
 def _one(tensors: dict, keys) -> dict[str, torch.Tensor]:
     """Copies of these tensors as a batch of one client (1, *shape)."""
     return {k: tensors[k][None].clone() for k in keys}
@@ -345,104 +468,132 @@ def _tensors(m) -> dict[str, torch.Tensor]:
 
 @dataclass
 class ALAState:
-    """What ALA carries from round to round, for every client."""
+    """What ALA carries from round to round, for every client, around the wrapped method's own state."""
 
-    weights: dict[str, torch.Tensor]  # name -> (N, *shape): W, one weight per parameter of the top p blocks
+    weights: dict[str, torch.Tensor]  # name -> (N, *shape): W, one weight per weighted parameter
     started: torch.Tensor  # (N,) bool: the client's start phase is behind it
     capped: list[int]  # clients whose start phase hit max_start_epochs, in the order they did
+    inner: Any = None  # the wrapped method's state
 
 
-class ALAPieces:
-    """ALA as the local initialisation of one simulated run (FedALA, or "+ala" on any method).
+class WithALA(Wrapper):
+    """ALA as the local initialisation of the wrapped method (the ``+ala`` modifier; FedALA = FedAvg + ALA).
 
-    Built for the run's model: which parameters get weights and how their steps run are fixed here; what
-    changes from round to round is the :class:`ALAState` the engine holds for the algorithm.
+    Which parameters get weights is fixed for the run: the top p blocks of what the method sends
+    (:meth:`~fedala_lab.algorithms.base.Algorithm.downloads`); the round-to-round part is :class:`ALAState`.
     """
 
-    def __init__(self, cfg: RunConfig, model: nn.Module):
-        self.cfg = cfg
-        self.learner = WeightLearner(model, p=cfg.p, eta=cfg.eta, batch_size=cfg.batch_size,
-                                     threshold=cfg.threshold, num_pre_loss=cfg.num_pre_loss,
-                                     max_start_epochs=cfg.max_start_epochs)
+    has_own_state = True
+
+    def __init__(self, inner: Algorithm, setup: Setup):
+        super().__init__(inner, setup)
+        cfg = setup.cfg
+        self.learner = WeightLearner(setup.model, p=cfg.p, received=inner.downloads(), eta=cfg.eta,
+                                     batch_size=cfg.batch_size, threshold=cfg.threshold,
+                                     num_pre_loss=cfg.num_pre_loss, max_start_epochs=cfg.max_start_epochs)
         self.names, self.lower = self.learner.names, self.learner.lower
+        self.initialise_all = cfg.ala_all_clients
 
-    def on(self, algo: Algorithm) -> Algorithm:
-        """``algo`` with ALA as its local initialisation; the run's state is then ALA's."""
-        def initialise(sim, t: int, clients: torch.Tensor) -> int:
-            return self.ala_initialise(sim, t, clients, sim.state)
-
-        return dataclasses.replace(algo, initialise=initialise, init_state=self.init_state,
-                                   initialise_all=self.cfg.ala_all_clients, meta=self.meta)
-
-    def init_state(self, sim) -> ALAState:
-        """W = 1 for the top-p parameters of every client; no client has had its start phase yet."""
-        return ALAState(weights={n: torch.ones_like(sim.local_params[n]) for n in self.names},
-                        started=torch.zeros(sim.num_clients, dtype=torch.bool, device=sim.device), capped=[])
+    def own_state(self, setup: Setup, inner_state) -> ALAState:
+        """W = 1 for the weighted parameters of every client; no client has had its start phase yet."""
+        n = setup.num_clients
+        return ALAState(weights={k: torch.ones((n, *setup.shapes[k]), device=setup.device) for k in self.names},
+                        started=torch.zeros(n, dtype=torch.bool, device=setup.device), capped=[], inner=inner_state)
 
     def meta(self, state: ALAState) -> dict:
         """run.meta's ALA entries: the weighted parameters (run.ala_weights reads them) and capped clients."""
-        return {"ala_params": list(self.names), "capped_clients": list(state.capped)}
+        return {**self.inner.meta(state.inner), "ala_params": list(self.names), "capped_clients": list(state.capped)}
 
     def skips(self, t: int) -> bool:
-        """Rounds that receive G as it is: round 1 (every local model equals G) and rounds ≤ ala_after."""
+        """Rounds that receive the method's model as it is: round 1 (every local model equals G) and the
+        rounds ≤ ala_after."""
         return t == 1 or t <= self.cfg.ala_after
 
-    def ala_initialise(self, sim, t: int, clients: torch.Tensor, state: ALAState) -> int:
-        """Local initialisation by ALA for ``clients`` (Algorithm 1, lines 3–10 of the paper)."""
-        if self.skips(t):
-            return receive_global(sim, t, clients)
-        receive_global(sim, t, clients, names=self.lower)  # Eq. 4's "1": the lower layers are G's
+    def initialise(self, rnd: Round, clients: torch.Tensor) -> Sent:
+        """Local initialisation by ALA for ``clients`` (Algorithm 1, lines 3–10 of the paper), on what the
+        method sends them."""
+        sent = self.inner.initialise(self.inner_round(rnd), clients)
+        if self.skips(rnd.t):
+            return sent
+        got = set(sent.params) | set(sent.rows)
+        if not set(self.names) | set(self.lower) <= got:
+            return self.blend_received(rnd, clients, sent)
+        state: ALAState = rnd.state
+        a = len(clients)
+        per_client = bool(set(sent.rows) & (set(self.names) | set(self.lower)))
+        glob = {n: sent.rows[n] if n in sent.rows else sent.params[n] for n in (*self.names, *self.lower)}
+        if per_client:  # each client received its own model (FedAMP): G per client, (A, …) each
+            glob = {n: sent.rows[n] if n in sent.rows else sent.params[n].unsqueeze(0).expand(a, *sent.params[n].shape)
+                    for n in glob}
         ids = clients.cpu().numpy()
-        x, y, lengths = self.windows(sim, t, ids)  # s % of each client's train split
-        local = {n: sim.local_params[n][clients] for n in self.names}  # L of the top blocks
+        x, y, lengths = self.windows(rnd, ids)  # s % of each client's train split
+        local = {n: rnd.local_params[n][clients] for n in (*self.names, *self.learner.kept)}
         start_phase = ~state.started[clients].cpu().numpy()
         # W: the start phase passes until converged (or capped), later rounds pass once (Eq. 5)
-        learned = self.learner.learn({n: w[clients] for n, w in state.weights.items()}, local,
-                                     sim.global_params, x, y, lengths, start_phase,
-                                     buffers={k: b[clients] for k, b in sim.local_buffers.items()},
-                                     backend=sim.backend_for(self.learner.step_params))
-        for n in self.names:  # Θ̂ = L + (G − L) ⊙ W on the top blocks (Eq. 4), and W kept for next round
-            sim.local_params[n][clients] = blend(local[n], sim.global_params[n], learned.weights[n])
+        learned = self.learner.learn({n: w[clients] for n, w in state.weights.items()}, local, glob, x, y,
+                                     lengths, start_phase,
+                                     buffers={k: b[clients] for k, b in rnd.local_buffers.items()},
+                                     backend=rnd.setup.backend_for(self.learner.step_params), per_client=per_client)
+        for n in self.names:  # W kept for the next round
             state.weights[n][clients] = learned.weights[n]
         state.started[clients] = True
-        self.record(sim, t, ids, learned, start_phase, state)
-        return len(clients) * sim.param_bytes(sim.param_names)
+        self.record(rnd, ids, learned, start_phase, state)
+        # Θ̂ = L + (G − L) ⊙ [1; W]: the lower parameters are G's (Eq. 4's "1"), the weighted ones blended
+        rows = {n: blend(local[n], glob[n], learned.weights[n]) for n in self.names}
+        return Sent({n: v for n, v in sent.params.items() if n not in rows},
+                    sent.bytes, rows={**{n: v for n, v in sent.rows.items() if n not in rows}, **rows})
 
-    def windows(self, sim, t: int, ids: np.ndarray):
+    def windows(self, rnd: Round, ids: np.ndarray):
         """The clients' windows one after another: rows x, y of the train data, and each window's length."""
-        cfg = self.cfg
-        rows = [int(sim.train_offsets[c]) + window(int(sim.train_sizes[c]), cfg.s, cfg.seed, t, int(c))
+        cfg, data = self.cfg, rnd.data
+        rows = [int(data.train_offsets[c]) + window(int(data.train_sizes[c]), cfg.s, cfg.seed, rnd.t, int(c))
                 for c in ids]
-        idx = torch.as_tensor(np.concatenate(rows) if rows else np.zeros(0, np.int64), device=sim.device)
-        return sim.data.train_x[idx], sim.data.train_y[idx], [len(r) for r in rows]
+        idx = torch.as_tensor(np.concatenate(rows) if rows else np.zeros(0, np.int64), device=rnd.device)
+        return data.train_x[idx], data.train_y[idx], [len(r) for r in rows]
 
-    def record(self, sim, t: int, ids: np.ndarray, learned: Learned, start_phase: np.ndarray,
+    def record(self, rnd: Round, ids: np.ndarray, learned: Learned, start_phase: np.ndarray,
                state: ALAState) -> None:
-        """Each pass (run.ala, pass by pass across clients, as they ran), W (run.arrays) and the clients
-        newly capped (run.meta, with a warning)."""
+        """Each pass of the tracked clients (run.ala, pass by pass across clients, as they ran), their W
+        (run.arrays) and the clients newly capped (run.meta, with a warning)."""
+        rows = {c: [] for c in ALA_COLUMNS}
         for e in range(max((len(p) for p in learned.passes), default=0)):
             for i, c in enumerate(ids.tolist()):
-                if e < len(learned.passes[i]):
+                if e < len(learned.passes[i]) and c in rnd.tracked:
                     last = e == len(learned.passes[i]) - 1
-                    sim.recorder.ala_pass(t, c, e + 1, *learned.passes[i][e], start_phase=start_phase[i],
-                                          capped=learned.capped[i] and last)
-        sim.recorder.ala_weights(t, ids, learned.weights)
+                    loss, mean = learned.passes[i][e]
+                    for k, v in zip(ALA_COLUMNS, (rnd.t, c, e + 1, loss, mean, bool(start_phase[i]),
+                                                  bool(learned.capped[i] and last))):
+                        rows[k].append(v)
+        if rows["round"]:
+            rnd.record("ala", rows)
+        rnd.record_series("ala_w", ids.tolist(), learned.weights)
         new = [c for c in ids[learned.capped].tolist() if c not in state.capped]
         state.capped.extend(new)
         if new:
-            warnings.warn(f"round {t}: ALA start phase of client(s) {new} hit max_start_epochs="
+            warnings.warn(f"round {rnd.t}: ALA start phase of client(s) {new} hit max_start_epochs="
                           f"{self.cfg.max_start_epochs} without converging (threshold={self.cfg.threshold}); "
                           "they continue with the weights learned so far", stacklevel=4)
 
-    def blend_received(self, sim, t: int, clients: torch.Tensor, names: list[str], state: ALAState) -> int:
-        """Receive only the layers ``names`` (FedLAMA mid-window): the lower ones overwrite, those in the top
-        blocks are blended with the client's current W (Eq. 4, W not learned this round)."""
-        if self.skips(t):
-            return receive_global(sim, t, clients, names=names)
+    def blend_received(self, rnd: Round, clients: torch.Tensor, sent: Sent) -> Sent:
+        """Part of the model received (FedLAMA mid-window): the received lower parameters overwrite, the
+        received weighted ones are blended with the client's current W (Eq. 4, W not learned this round)."""
         top = set(self.names)
-        receive_global(sim, t, clients, names=[n for n in names if n not in top])
-        for n in names:
-            if n in top:
-                sim.local_params[n][clients] = blend(sim.local_params[n][clients], sim.global_params[n],
-                                                     state.weights[n][clients])
-        return len(clients) * sim.param_bytes(names)
+        w = rnd.state.weights
+        rows = {n: blend(rnd.local_params[n][clients], sent.rows[n] if n in sent.rows else sent.params[n],
+                         w[n][clients]) for n in (set(sent.params) | set(sent.rows)) & top}
+        return Sent({n: v for n, v in sent.params.items() if n not in top}, sent.bytes,
+                    rows={**{n: v for n, v in sent.rows.items() if n not in top}, **rows})
+
+
+def base_through(cfg) -> int:
+    """The last round through which a run with ALA equals the run of the method without it: ALA skips round
+    1 and the rounds ≤ ``ala_after``. With ``ala_all_clients=False`` and ρ < 1 the clients not selected keep
+    their model where the method would send them G, so such a run is its own from round 1 (0)."""
+    if not cfg.ala_all_clients and cfg.join_ratio < 1:
+        return 0
+    return max(1, cfg.ala_after)
+
+
+register_modifier(Modifier("ala", "+ala", "+ALA", WithALA, PARAMS,
+                           look=lambda base: Look(base.label, base.colour, "--"),
+                           base_through=base_through, tracks_clients=True))

@@ -15,15 +15,15 @@ interval τ_l ∈ {τ0, φ·τ0}: layers whose client copies agree are averaged 
         the first layers get φ·τ0 while δ_l < 1 − λ_l; from the crossing on, layers keep τ0
     at the start of round t+1 every client overwrites the layers averaged at the end of round t
 
-FedAvg is φ = 1 (every layer every round; tested to float tolerance on both backends). The pieces on the
-shared loop (:func:`build`): ``init_state`` (:class:`LAMAState`: every layer's interval and count),
+FedAvg is φ = 1 (every layer every round; tested to float tolerance on both backends). Its hooks on the
+shared loop (:class:`FedLAMA`): ``init_state`` (:class:`LAMAState`: every layer's interval and count),
 ``select`` (the window-wise client selection below), ``initialise`` (receive only the layers synchronised
 at the end of the previous round) and ``aggregate`` (average the layers due, measure d_l, count κ_l,
 re-assign intervals). Communication: ``bytes_up`` = selected clients × bytes of
 the layers averaged; ``bytes_down`` = clients initialised × bytes of the layers they receive; the
 paper's cost C = Σ_l dim(u_l)·κ_l is derived from the recorded table (analysis/fedlama.py).
 
-Recorded (``run.tables``, see Recorder.table_rows):
+Recorded (``run.tables``, through ``Round.record``):
 
 - ``lama_layers``: one row per (round, layer): ``round``, ``step`` (= round·τ0), ``layer``, ``dim``,
   ``interval`` (τ_l in steps during that round), ``synced`` (averaged at its end), ``d`` (unit discrepancy
@@ -64,22 +64,21 @@ FedLAMA + ALA (``fedlama+ala``, not in any paper): ALA needs the whole received 
 the start of each window (after a full synchronisation): then ALA runs exactly as in FedALA. Mid-window
 a client receives only the short-interval layers: the lower ones overwrite, those in ALA's top p blocks
 are blended with the client's current weights W (Eq. 4 without learning W). With φ = 1 this is FedALA
-with τ0-step rounds (tested). The clients' ALA state then lives inside FedLAMA's (``LAMAState.ala``).
+with τ0-step rounds (tested). FedLAMA's state is then the ``inner`` of ALA's.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import nn
 
-from ..config import RunConfig
 from ..errors import ConfigError
-from .ala import ALAPieces, ALAState
-from .base import Algorithm
-from .fedavg import client_weights, receive_global, weighted_mean
+from ..params import Choice, Int, Param
+from .base import Aggregated, Algorithm, Round, Sent, Setup, draw_clients
+from .registry import Look, register_algorithm
 
 TABLE_LAYERS = "lama_layers"
 TABLE_ADJUST = "lama_adjust"
@@ -91,7 +90,6 @@ class LAMAState:
 
     interval: torch.Tensor  # (L,) int64: τ_l / τ0, 1 or φ
     kappa: torch.Tensor  # (L,) int64: how often the layer was averaged so far (κ_l)
-    ala: ALAState | None = None  # fedlama+ala: the clients' ALA weights
 
 
 def window_start(t: int, phi: int) -> int:
@@ -110,8 +108,7 @@ def assign_intervals(d: np.ndarray, dim: np.ndarray, *, include_crossing: bool =
     but the last is relaxed.
 
     ``include_crossing=True`` is the authors' code instead: the layer at which δ_l reaches 1 − λ_l is
-    relaxed too (so the lowest-d layer always is). Not used by the algorithm (no config field); kept for
-    measuring the difference (see the FedLAMA report).
+    relaxed too (so the lowest-d layer always is): ``lama_rule="authors"``.
     """
     d = np.asarray(d, dtype=np.float64)
     dim = np.asarray(dim, dtype=np.float64)
@@ -128,95 +125,102 @@ def assign_intervals(d: np.ndarray, dim: np.ndarray, *, include_crossing: bool =
     return {"order": order, "delta": delta, "one_minus_lambda": one_minus_lambda, "long": long}
 
 
-def build(cfg: RunConfig, model: nn.Module, ala: ALAPieces | None = None) -> Algorithm:
-    """FedLAMA (τ0 = ``cfg.tau0`` steps, factor φ = ``cfg.phi``) for ``model``; with ``ala``, ALA on the
-    clients (fedlama+ala)."""
-    if cfg.local_steps is not None and cfg.local_steps != cfg.tau0:
-        raise ConfigError("local_steps", cfg.local_steps, f"unset or equal to tau0={cfg.tau0} for {cfg.algo}",
-                          "one FedLAMA round is τ0 local SGD steps; set both (--local-steps and --tau0) so "
-                          "that FedAvg(τ0) runs the same steps")
-    names = [k for k, _ in model.named_parameters()]
-    dims = np.array([v.numel() for _, v in model.named_parameters()], dtype=np.int64)
+class FedLAMA(Algorithm):
+    """FedLAMA (τ0 = ``cfg.tau0`` steps a round, interval factor φ = ``cfg.phi``)."""
 
-    def init_state(sim) -> LAMAState:
-        _warn_replayed_batches(sim)
-        n, dev = len(names), sim.device
+    def __init__(self, setup: Setup):
+        super().__init__(setup)
+        self.names = list(setup.param_names)
+        self.dims = np.array([int(np.prod(setup.shapes[k])) for k in self.names], dtype=np.int64)
+        self.local_steps = self.cfg.tau0
+
+    def init_state(self, setup: Setup) -> LAMAState:
+        _warn_replayed_batches(setup)
+        n, dev = len(self.names), setup.device
         return LAMAState(interval=torch.ones(n, dtype=torch.int64, device=dev),
-                         kappa=torch.zeros(n, dtype=torch.int64, device=dev),
-                         ala=ala.init_state(sim) if ala else None)
+                         kappa=torch.zeros(n, dtype=torch.int64, device=dev))
 
-    def initialise(sim, t: int, clients: torch.Tensor) -> int:
+    def select(self, rnd: Round) -> torch.Tensor:
+        # Partial participation: one draw of active clients per φ-round window (module docstring).
+        return draw_clients(self.cfg, window_start(rnd.t, self.cfg.phi), rnd.num_clients, rnd.device)
+
+    def initialise(self, rnd: Round, clients: torch.Tensor) -> Sent:
         # the layers averaged at the end of round t-1; intervals change only when every layer was due,
         # so the current ones tell (round 0: all, every client starts from G)
-        synced = (t - 1) % sim.state.interval.cpu().numpy() == 0
-        received = [n for n, s in zip(names, synced) if s]
-        if ala is None:
-            return receive_global(sim, t, clients, names=received)
-        if len(received) == len(names):  # after a full synchronisation: ALA as in FedALA
-            return ala.ala_initialise(sim, t, clients, sim.state.ala)
-        return ala.blend_received(sim, t, clients, received, sim.state.ala)
+        synced = (rnd.t - 1) % rnd.state.interval.cpu().numpy() == 0
+        return rnd.send_global(clients, [n for n, s in zip(self.names, synced) if s])
 
-    def aggregate(sim, t: int, selected: torch.Tensor) -> int:
-        return _aggregate(sim, sim.state, t, selected, names, dims)
+    def aggregate(self, rnd: Round, senders: torch.Tensor) -> Aggregated:
+        """Average the layers due at the end of round t, record d_l and κ_l, re-assign intervals every φ rounds."""
+        cfg, st, t, names, dims = self.cfg, rnd.state, rnd.t, self.names, self.dims
+        interval = st.interval.cpu().numpy()
+        due = t % interval == 0
+        idx = np.flatnonzero(due)
+        out = rnd.weighted_mean(senders, [names[i] for i in idx])
 
-    def select(sim, t: int) -> torch.Tensor:
-        # Partial participation: one draw of active clients per φ-round window (module docstring).
-        return sim.select(window_start(t, cfg.phi))
+        # d_l = Σ_i p_i ‖u_l − x_{i,l}‖² / (τ_l · dim(u_l)), p_i the same weights as the mean (float64), u_l the
+        # new average; NaN for layers not due. One device→host copy for all layers.
+        p = rnd.weights(senders)
+        d = np.full(len(names), np.nan)
+        if len(idx):  # none is due mid-window when every layer is long (possible with lama_rule="authors")
+            sums = []
+            for i in idx:
+                k = names[i]
+                diff = rnd.local_params[k][senders].to(torch.float64) - out.params[k].to(torch.float64)
+                sums.append(p @ diff.reshape(len(senders), -1).pow(2).sum(1))
+            d[idx] = torch.stack(sums).cpu().numpy() / (interval[idx] * cfg.tau0 * dims[idx])
+        kappa = st.kappa.cpu().numpy() + due
+        st.kappa = torch.as_tensor(kappa, device=rnd.device)
 
-    return Algorithm(cfg.algo, initialise=initialise, aggregate=aggregate, init_state=init_state,
-                     select=select, local_steps=cfg.tau0, initialise_all=cfg.ala_all_clients if ala else True,
-                     meta=(lambda state: ala.meta(state.ala)) if ala else None)
+        rnd.record(TABLE_LAYERS, {
+            "round": np.full(len(names), t), "step": np.full(len(names), t * cfg.tau0), "layer": names,
+            "dim": dims, "interval": interval * cfg.tau0, "synced": due, "d": d, "kappa": kappa,
+        })
+
+        # every φ·τ0 steps: with τ_l/τ0 ∈ {1, φ} every layer was just averaged, so d holds all of them
+        if t % cfg.phi == 0:
+            rule = assign_intervals(d, dims, include_crossing=cfg.lama_rule == "authors")
+            new = np.where(rule["long"], cfg.phi, 1).astype(np.int64)
+            st.interval = torch.as_tensor(new, device=rnd.device)
+            o = rule["order"]
+            rnd.record(TABLE_ADJUST, {
+                "round": np.full(len(names), t), "rank": np.arange(1, len(names) + 1),
+                "layer": [names[i] for i in o], "dim": dims[o], "d": d[o], "delta": rule["delta"],
+                "one_minus_lambda": rule["one_minus_lambda"], "long": rule["long"][o],
+                "interval": new[o] * cfg.tau0,
+            })
+        return out
 
 
-def _warn_replayed_batches(sim) -> None:
-    cfg = sim.cfg
+def _warn_replayed_batches(setup: Setup) -> None:
+    cfg = setup.cfg
     if not cfg.shuffle:
-        per_epoch = sim.batches_per_epoch(sim.train_sizes)
+        per_epoch = setup.batches_per_epoch(setup.train_sizes)
         if (per_epoch > cfg.tau0).any():
-            import warnings
-
             warnings.warn(f"{cfg.algo} with shuffle=False: a round of tau0={cfg.tau0} local steps replays the "
                           f"same first batches of the {int((per_epoch > cfg.tau0).sum())} client(s) that hold "
                           "more; set shuffle=True (the teach-fedlama preset does)", stacklevel=3)
 
 
-def _aggregate(sim, st: LAMAState, t: int, selected: torch.Tensor, names: list[str], dims: np.ndarray) -> int:
-    """Average the layers due at the end of round t, record d_l and κ_l, re-assign intervals every φ rounds."""
-    cfg = sim.cfg
-    interval = st.interval.cpu().numpy()
-    due = t % interval == 0
-    idx = np.flatnonzero(due)
-    bytes_up = weighted_mean(sim, t, selected, names=[names[i] for i in idx])
+def _check(cfg) -> None:
+    if cfg.local_steps is not None and cfg.local_steps != cfg.tau0:
+        raise ConfigError("local_steps", cfg.local_steps, f"unset or equal to tau0={cfg.tau0} for {cfg.algo}",
+                          "one FedLAMA round is τ0 local SGD steps; set both (--local-steps and --tau0) so "
+                          "that FedAvg(τ0) runs the same steps")
+    if cfg.stragglers:
+        raise ConfigError("stragglers", cfg.stragglers, "0 with FedLAMA",
+                          "its layer intervals assume that every active client synchronises")
 
-    # d_l = Σ_i p_i ‖u_l − x_{i,l}‖² / (τ_l · dim(u_l)), p_i the same weights as the mean (float64);
-    # NaN for layers not due. One device→host copy for all layers.
-    p = client_weights(sim, selected)
-    d = np.full(len(names), np.nan)
-    if len(idx):  # none is due mid-window when every layer is long (possible with lama_rule="authors")
-        sums = []
-        for i in idx:
-            k = names[i]
-            diff = sim.local_params[k][selected].to(torch.float64) - sim.global_params[k].to(torch.float64)
-            sums.append(p @ diff.reshape(len(selected), -1).pow(2).sum(1))
-        d[idx] = torch.stack(sums).cpu().numpy() / (interval[idx] * cfg.tau0 * dims[idx])
-    kappa = st.kappa.cpu().numpy() + due
-    st.kappa = torch.as_tensor(kappa, device=sim.device)
 
-    sim.recorder.table_rows(TABLE_LAYERS, {
-        "round": np.full(len(names), t), "step": np.full(len(names), t * cfg.tau0), "layer": names,
-        "dim": dims, "interval": interval * cfg.tau0, "synced": due, "d": d, "kappa": kappa,
-    })
+PARAMS = (
+    Param("tau0", 10, Int(1, 10_000_000), "FedLAMA: base interval τ0 in local SGD steps (one round)", short="τ0"),
+    Param("phi", 2, Int(1), "FedLAMA: interval factor φ (layers synchronise every τ0 or φ·τ0 steps; 1 is FedAvg)",
+          short="φ"),
+    Param("lama_rule", "spec", Choice(("spec", "authors")), "FedLAMA interval rule: spec (layers are long while "
+          "δ_l < 1 − λ_l; the crossing layer keeps τ0) or authors (their code also relaxes the crossing layer)"),
+)
 
-    # every φ·τ0 steps: with τ_l/τ0 ∈ {1, φ} every layer was just averaged, so d holds all of them
-    if t % cfg.phi == 0:
-        rule = assign_intervals(d, dims, include_crossing=cfg.lama_rule == "authors")
-        new = np.where(rule["long"], cfg.phi, 1).astype(np.int64)
-        st.interval = torch.as_tensor(new, device=sim.device)
-        o = rule["order"]
-        sim.recorder.table_rows(TABLE_ADJUST, {
-            "round": np.full(len(names), t), "rank": np.arange(1, len(names) + 1),
-            "layer": [names[i] for i in o], "dim": dims[o], "d": d[o], "delta": rule["delta"],
-            "one_minus_lambda": rule["one_minus_lambda"], "long": rule["long"][o],
-            "interval": new[o] * cfg.tau0,
-        })
-    return bytes_up
+register_algorithm("fedlama", FedLAMA, label="FedLAMA", params=PARAMS, colour="tab:purple",
+                   category="traditional", modifiers=("ala",), check=_check, builtin=True,
+                   variants={"+ala": Look("FedLAMA+ALA", "tab:pink")},
+                   doc="Lee, Zhang, He & Avestimehr, arXiv 2110.10302")

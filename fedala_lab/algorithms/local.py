@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import torch
 
-def keep_local(sim, t, clients) -> int:
-    return 0
+from .base import Aggregated, Algorithm, Round, Sent
+from .registry import register_algorithm
 
 
-def no_aggregation(sim, t, selected) -> int:
-    return 0
+class Local(Algorithm):
+    """Every client trains its own model from the same initial one; the server does nothing."""
+
+    def initialise(self, rnd: Round, clients: torch.Tensor) -> Sent:
+        return Sent({}, 0)
+
+    def aggregate(self, rnd: Round, senders: torch.Tensor) -> Aggregated:
+        return Aggregated({}, 0)
+
+
+register_algorithm("local", Local, label="Local", colour="tab:gray", line_style=":", category="baseline",
+                   modifiers=(), builtin=True, doc="no federation: each client alone")

@@ -1,45 +1,340 @@
-"""The one place that builds an algorithm from its name: each name is a composition of pieces.
+"""Every algorithm by name: one :class:`AlgorithmSpec` each, in one place, read by everything else.
 
-    fedavg        receive G,  weighted mean
-    fedprox       receive G,  weighted mean,  + μ(θ − G) in every local step
-    fedavg-c      FedAvg, evaluating a fine-tuned copy of each client's model
-    local         keep the local model, no aggregation
-    fedlama       receive the layers synchronised last round, average each layer at its own interval
-    <any>+ala     ALA instead of "receive G" (fedala = fedavg+ala)
+A spec says what the config, the run store, the figures and the app need to know about an algorithm: its
+config name and the papers' spelling (``label``), its colour and line style in every figure, its
+hyper-parameters (declared :class:`~fedala_lab.params.Param` values: checked, defaulted, and all of them in
+the run key), which modifiers it takes, and how its pieces are built (``build(setup) -> Algorithm``, usually
+the :class:`~fedala_lab.algorithms.base.Algorithm` subclass itself).
+
+A modifier (:class:`Modifier`) changes any algorithm that takes it, by a suffix of its name: ``+ala`` (ALA as
+the local initialisation, ``fedprox+ala``) and ``-c`` (evaluate a fine-tuned copy, ``fedavg-c``). Aliases
+name a composition: ``fedala`` is ``fedavg+ala``, labelled FedALA.
+
+    >>> resolve("fedprox+ala").label
+    'FedProx+ALA'
+    >>> register_algorithm("fedavgm", FedAvgM, label="FedAvgM", params=[Param("server_beta", 0.9, ...)])
+
+Built-in algorithms register themselves when the package ``fedala_lab.algorithms`` is imported (catalog.py),
+which any import of this module does first.
 """
 
 from __future__ import annotations
 
-from torch import nn
+import dataclasses
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 
-from ..config import RunConfig
-from ..models import build_model
-from . import ala, fedavg, fedlama, fedprox, finetune, local
-from .base import Algorithm
+from ..errors import ConfigError
+from ..params import Param
 
-
-def build_algorithm(cfg: RunConfig, model: nn.Module) -> Algorithm:
-    """Compose the configured algorithm for a run of ``model`` (ALA and FedLAMA read its parameters)."""
-    name = cfg.algo
-    base = "fedavg" if name == "fedala" else name.split("+")[0]
-    pieces = ala.ALAPieces(cfg, model) if cfg.uses_ala else None
-    if base == "local":
-        return Algorithm(name, local.keep_local, local.no_aggregation)
-    if base == "fedlama":
-        return fedlama.build(cfg, model, ala=pieces)
-    algo = Algorithm(
-        name,
-        initialise=fedavg.receive_global,
-        aggregate=fedavg.weighted_mean,
-        grad_term=fedprox.proximal_gradient(cfg.mu) if base.startswith("fedprox") else None,
-        personalise=finetune.finetuned_models if base.endswith("-c") else None,
-    )
-    return pieces.on(algo) if pieces else algo
+STYLES = ("-", "--", "-.", ":")
 
 
-def training_parts(cfg: RunConfig, input_shape: tuple, num_classes: int):
-    """(model, lr, grad_term) of a run, as a training worker process rebuilds them from the config
-    (compute/workers.py, docs/design.md#performance): the model's architecture and the algorithm's extra
-    gradient (FedProx's μ(θ − G)); the parameters themselves arrive through shared memory."""
-    model = build_model(cfg.model, input_shape, num_classes, seed=0)
-    return model, cfg.lr, build_algorithm(cfg, model).grad_term
+@dataclass(frozen=True)
+class Look:
+    """How an algorithm is named and drawn: its label and, in every figure, its colour and line style."""
+
+    label: str
+    colour: str | None = None  # None: the next colour of matplotlib's default cycle
+    line_style: str = "-"
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """One algorithm. ``build(setup)`` makes its pieces for a run (an Algorithm subclass, or a function)."""
+
+    name: str
+    label: str
+    build: Callable
+    params: tuple[Param, ...] = ()
+    colour: str | None = None
+    line_style: str = "-"
+    # the FedALA paper's kinds of method (its related work): "traditional", "fine-tune a global model",
+    # "extra personal models", "personalised aggregation", "baseline"; free text for your own
+    category: str = ""
+    # modifiers it takes, by name ("ala", "finetune"); FedFomo and APPLE download many clients' models and
+    # take no ALA, as in the FedALA paper
+    modifiers: tuple[str, ...] = ("ala",)
+    # Systems heterogeneity: the server keeps stragglers' partial work (FedProx) instead of dropping them.
+    keeps_stragglers: bool = False
+    # looks of its variants by suffix, where they differ from the default (e.g. FedProx+ALA in red)
+    variants: dict[str, Look] = field(default_factory=dict)
+    # check(cfg): refuse settings this algorithm cannot run with (raise ConfigError naming the field)
+    check: Callable | None = None
+    # divergence_hint(cfg) -> the most likely cause when its training diverges, or "" (FedProx: μ·lr ≥ 1)
+    divergence_hint: Callable | None = None
+    # whether its runs keep per-client records of the tracked clients (branching must then keep them too)
+    tracks_clients: bool = False
+    doc: str = ""
+    builtin: bool = False
+
+
+@dataclass(frozen=True)
+class Modifier:
+    """A change to any algorithm that takes it, named by a suffix (``+ala``): ``wrap(algorithm, setup)``."""
+
+    name: str
+    suffix: str
+    label_suffix: str
+    wrap: Callable
+    params: tuple[Param, ...] = ()
+    # the look of a variant from its base's, where the base does not say (AlgorithmSpec.variants)
+    look: Callable[[Look], Look] = lambda base: base
+    # through which round a run of the modified algorithm equals its base's run (0: none): ALA is off in
+    # round 1 and until ala_after, so a stored FedAvg run is FedALA's first rounds (experiments/prefix.py)
+    base_through: Callable | None = None
+    tracks_clients: bool = False
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """An algorithm name resolved: its base spec and modifiers, its look and every hyper-parameter it uses."""
+
+    name: str
+    base: AlgorithmSpec
+    modifiers: tuple[Modifier, ...]
+    look: Look
+
+    @property
+    def label(self) -> str:
+        return self.look.label
+
+    @property
+    def params(self) -> tuple[Param, ...]:
+        return self.base.params + tuple(p for m in self.modifiers for p in m.params)
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    def uses(self, modifier: str) -> bool:
+        """Whether the modifier named ``modifier`` ("ala", "finetune") is part of this algorithm."""
+        return any(m.name == modifier for m in self.modifiers)
+
+    def without(self, modifier: str) -> str:
+        """The name of this algorithm without ``modifier`` (``fedala`` → ``fedavg``)."""
+        return self.base.name + "".join(m.suffix for m in self.modifiers if m.name != modifier)
+
+    @property
+    def keeps_stragglers(self) -> bool:
+        return self.base.keeps_stragglers
+
+    @property
+    def tracks_clients(self) -> bool:
+        return self.base.tracks_clients or any(m.tracks_clients for m in self.modifiers)
+
+    def check(self, cfg) -> None:
+        if self.base.check is not None:
+            self.base.check(cfg)
+
+    def divergence_hint(self, cfg) -> str:
+        return self.base.divergence_hint(cfg) if self.base.divergence_hint is not None else ""
+
+    def build(self, setup):
+        """The pieces for one run: the base algorithm, wrapped by each modifier in turn."""
+        algo = self.base.build(setup)
+        for m in self.modifiers:
+            algo = m.wrap(algo, setup)
+        return algo
+
+
+# ----------------------------------------------------------------------------------------- the registry
+
+_LOCK = threading.RLock()
+_SPECS: dict[str, AlgorithmSpec] = {}
+_MODIFIERS: dict[str, Modifier] = {}
+_ALIASES: dict[str, tuple[str, Look]] = {}  # alias -> (name it stands for, its look)
+_PARAMS: dict[str, tuple[Param, str]] = {}  # hyper-parameter name -> (declaration, who declared it)
+_RESERVED: set[str] = set()  # names taken by the configs' own fields
+
+
+def reserve(names: Iterable[str]) -> None:
+    """Names a hyper-parameter may not take (the configs' own fields); config.py reserves its fields."""
+    _RESERVED.update(names)
+
+
+def _declare(params: Sequence[Param], owner: str) -> None:
+    for p in params:
+        if not isinstance(p, Param):
+            raise TypeError(f"{owner}: hyper-parameters are Param(...) declarations, not {p!r}")
+        if p.name in _RESERVED:
+            raise ValueError(f"{owner}: hyper-parameter {p.name!r} is already a config field; choose another name")
+        have = _PARAMS.get(p.name)
+        if have is not None and have[1] != owner and (have[0].default, have[0].allowed) != (p.default, p.allowed):
+            raise ValueError(f"{owner}: hyper-parameter {p.name!r} is declared by {have[1]} with default "
+                             f"{have[0].default!r} ({have[0].allowed.text}); reuse that declaration or choose "
+                             "another name")
+        p.check(p.default)  # a default must itself be allowed
+    for p in params:
+        _PARAMS.setdefault(p.name, (p, owner))
+
+
+def register_algorithm(name: str, build: Callable, *, label: str | None = None, params: Sequence[Param] = (),
+                       colour: str | None = None, line_style: str = "-", category: str = "",
+                       modifiers: Sequence[str] = ("ala",), keeps_stragglers: bool = False,
+                       variants: dict[str, Look] | None = None, check: Callable | None = None,
+                       divergence_hint: Callable | None = None, tracks_clients: bool = False, doc: str = "",
+                       builtin: bool = False) -> AlgorithmSpec:
+    """Register an algorithm under ``name`` (lower case letters, digits, ``_``, ``-``); returns its spec.
+
+    ``build(setup)`` makes its pieces for one run: an :class:`~fedala_lab.algorithms.base.Algorithm` subclass
+    (overriding the hooks it changes) or a function returning one. ``params``: its hyper-parameters as
+    :class:`~fedala_lab.params.Param` declarations; a config then takes them like any setting
+    (``RunConfig(algo=name, server_beta=0.5)``, ``--set server_beta=0.5``), checks them, and puts all of them
+    in the run key. ``modifiers``: which modifiers apply (``"ala"``: ``name+ala`` exists). See
+    docs/extending.md. Registering a name again replaces your earlier registration (a notebook cell run
+    twice); a built-in name cannot be replaced."""
+    if not isinstance(name, str) or not name or not all(c.islower() or c.isdigit() or c in "_-" for c in name):
+        raise ValueError(f"algorithm name {name!r}: use lower-case letters, digits, '_' and '-'")
+    if not callable(build):
+        raise TypeError(f"build must be an Algorithm subclass or a function(setup) -> Algorithm, not {build!r}")
+    with _LOCK:
+        old = _SPECS.get(name)
+        if old is not None and old.builtin:
+            raise ValueError(f"{name!r} is a built-in algorithm; register yours under another name")
+        if name in _ALIASES or any(name.endswith(m.suffix) for m in _MODIFIERS.values()):
+            raise ValueError(f"{name!r} is taken by an alias or ends like a modifier ({', '.join(_suffixes())})")
+        unknown = [m for m in modifiers if m not in _MODIFIERS]
+        if unknown:
+            raise ValueError(f"unknown modifier(s) {unknown}: known are {sorted(_MODIFIERS)}")
+        if old is not None:  # forget its old declarations
+            for k in [k for k, (_, owner) in _PARAMS.items() if owner == name]:
+                del _PARAMS[k]
+        _declare(params, name)
+        spec = AlgorithmSpec(name=name, label=label or name, build=build, params=tuple(params), colour=colour,
+                             line_style=line_style, category=category, modifiers=tuple(modifiers),
+                             keeps_stragglers=keeps_stragglers, variants=dict(variants or {}), check=check,
+                             divergence_hint=divergence_hint, tracks_clients=tracks_clients, doc=doc,
+                             builtin=builtin)
+        _SPECS[name] = spec
+        return spec
+
+
+def register_modifier(modifier: Modifier) -> Modifier:
+    """Register a modifier (the built-ins: ``+ala``, ``-c``)."""
+    with _LOCK:
+        _declare(modifier.params, modifier.suffix)
+        _MODIFIERS[modifier.name] = modifier
+    return modifier
+
+
+def register_alias(alias: str, name: str, look: Look) -> None:
+    """``alias`` names the algorithm ``name`` (a base with modifiers), with its own look (``fedala``)."""
+    with _LOCK:
+        _parse(name)
+        _ALIASES[alias] = (name, look)
+
+
+def _suffixes() -> list[str]:
+    return [m.suffix for m in _MODIFIERS.values()]
+
+
+def _parse(name: str) -> tuple[AlgorithmSpec, tuple[Modifier, ...]]:
+    """(base spec, modifiers in the order they wrap) of a composed name, or ValueError."""
+    rest, mods = name, []
+    while True:
+        hit = next((m for m in _MODIFIERS.values() if rest.endswith(m.suffix) and len(rest) > len(m.suffix)), None)
+        if hit is None:
+            break
+        mods.insert(0, hit)
+        rest = rest[: -len(hit.suffix)]
+    spec = _SPECS.get(rest)
+    if spec is None:
+        raise ValueError(f"no algorithm named {rest!r}")
+    seen = set()
+    for m in mods:
+        if m.name not in spec.modifiers:
+            raise ValueError(f"{spec.label} takes no {m.suffix}")
+        if m.name in seen:
+            raise ValueError(f"{m.suffix} twice")
+        seen.add(m.name)
+    return spec, tuple(mods)
+
+
+def resolve(name: str) -> Resolved:
+    """The algorithm called ``name`` (a registered name, an alias, or a base with modifier suffixes); a
+    :class:`ConfigError` naming ``algo`` and the known names otherwise."""
+    if not isinstance(name, str):
+        raise ConfigError("algo", name, "one of " + ", ".join(names()))
+    with _LOCK:
+        target, look = _ALIASES.get(name, (name, None))
+        try:
+            spec, mods = _parse(target)
+        except ValueError as err:
+            raise ConfigError("algo", name, "one of " + ", ".join(names()), str(err)) from None
+    if look is None:
+        look = Look(spec.label, spec.colour, spec.line_style)
+        for m in mods:
+            look = spec.variants.get(m.suffix) or m.look(dataclasses.replace(look, label=look.label + m.label_suffix))
+    return Resolved(name, spec, mods, look)
+
+
+def names() -> list[str]:
+    """Every algorithm name a config takes: each base, the aliases after the base they stand on, and each
+    base with each modifier it takes."""
+    with _LOCK:
+        out = []
+        for spec in _SPECS.values():
+            out.append(spec.name)
+            out.extend(a for a, (target, _) in _ALIASES.items() if _parse(target)[0] is spec)
+        for spec in _SPECS.values():
+            for m in spec.modifiers:
+                n = spec.name + _MODIFIERS[m].suffix
+                if n not in out:
+                    out.append(n)
+        return out
+
+
+def specs() -> list[AlgorithmSpec]:
+    """The registered algorithms (bases), in order of registration."""
+    return list(_SPECS.values())
+
+
+def modifier(name: str) -> Modifier | None:
+    """The modifier called ``name`` ("ala", "finetune"), or None."""
+    return _MODIFIERS.get(name)
+
+
+def param(name: str) -> Param | None:
+    """The declaration of the hyper-parameter ``name`` (by whichever algorithm or modifier declared it)."""
+    hit = _PARAMS.get(name)
+    return hit[0] if hit else None
+
+
+def owner(name: str) -> str:
+    """Who declares the hyper-parameter ``name``, as people call it: an algorithm's label ("FedProx") or a
+    modifier's ("ALA"); "" for an unknown name."""
+    hit = _PARAMS.get(name)
+    if hit is None:
+        return ""
+    who = hit[1]
+    if who in _SPECS:
+        return _SPECS[who].label
+    mod = next((m for m in _MODIFIERS.values() if m.suffix == who), None)
+    return mod.label_suffix.lstrip("+-") if mod is not None else who
+
+
+def param_names() -> list[str]:
+    """Every declared hyper-parameter name, sorted."""
+    return sorted(_PARAMS)
+
+
+def look(name: str, i: int = 0) -> Look:
+    """The label, colour and line style of the algorithm ``name``; for a name not registered (a legend
+    label, an old run's algorithm): that name, the i-th colour of the default cycle."""
+    try:
+        lk = resolve(name).look
+    except ConfigError:
+        return Look(name, f"C{i % 10}", "-")
+    return lk if lk.colour else dataclasses.replace(lk, colour=f"C{i % 10}")
+
+
+def label(name: str) -> str:
+    """The papers' spelling of an algorithm name (``fedala`` → ``FedALA``); unknown names as they are."""
+    return look(name).label
+
+
+__all__ = ["AlgorithmSpec", "Look", "Modifier", "Resolved", "label", "look", "modifier", "names", "param",
+           "param_names",
+           "register_algorithm", "register_alias", "register_modifier", "reserve", "resolve", "specs"]

@@ -2,8 +2,8 @@
 
 - :func:`ablation_frame` — the paper's Tables 1 and 6: accuracy against s (percent of local data used
   to learn W) or p (how many top blocks get weights), with the number of ALA weights for each p and the
-  time ALA takes per round.
-- :func:`applicability_frame` — ALA added to FedAvg and FedProx: accuracy of each base method, of the
+  time ALA takes per round; or against any other hyper-parameter of the runs' algorithm.
+- :func:`applicability_frame` — ALA added to any method (the paper's Table 4): accuracy of each method, of the
   method with ALA, and the gain (the paper: Cifar100 FedAvg+ALA +24.03, FedProx+ALA +24.19).
 """
 
@@ -14,10 +14,9 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
+from ..algorithms import registry
 from ..errors import ConfigError
 from .tables import accuracy_table, runs_frame
-
-ABLATION_PARAMS = ("p", "s", "eta", "threshold")
 
 
 def ala_weight_count(run) -> int:
@@ -29,16 +28,17 @@ def ala_weight_count(run) -> int:
 
 def ablation_frame(runs: Iterable, param: str = "p") -> pd.DataFrame:
     """One row per value of ``param`` (sorted): best/final accuracy mean and std over seeds (%), the
-    number of seeds, the mean ALA time per round (init_seconds, s), and for ``p`` the number of ALA
-    weights. All runs must be ALA runs that differ only in ``param`` and the seed."""
-    if param not in ABLATION_PARAMS:
-        raise ConfigError("param", param, "one of " + ", ".join(ABLATION_PARAMS))
+    number of seeds, the mean time of local initialisation per round (``ala_seconds``: ALA's, from
+    init_seconds), and for ALA's ``p`` the number of ALA weights. ``param`` is a hyper-parameter of the runs'
+    algorithm (ALA's p, s, eta, threshold…; FedProx's mu…); the runs must differ only in it and the seed."""
     runs = list(runs)
     if not runs:
-        raise ConfigError("runs", [], f"at least one ALA run per value of {param}")
-    not_ala = [r.config.algo for r in runs if not r.config.uses_ala]
-    if not_ala:
-        raise ConfigError("runs", not_ala[0], f"ALA runs (an ablation of {param} needs ALA)")
+        raise ConfigError("runs", [], f"at least one run per value of {param}")
+    other = [r.config.algo for r in runs if param not in r.config.algorithm.param_names]
+    if other:
+        who = registry.owner(param)
+        raise ConfigError("runs", other[0], f"{who} runs (an ablation of {param} needs {who})" if who else
+                          f"runs of an algorithm with the hyper-parameter {param}")
     _check_same_except(runs, {param, "seed"})
     df = runs_frame(runs, extra=[param])
     df["ala_seconds"] = [float(np.nanmean(r.rounds["init_seconds"].to_numpy()[1:]))
@@ -46,7 +46,7 @@ def ablation_frame(runs: Iterable, param: str = "p") -> pd.DataFrame:
     table = accuracy_table(df, by=[param])
     secs = df.groupby(param)["ala_seconds"].mean()
     table["ala_seconds"] = table[param].map(secs)
-    if param == "p":
+    if param == "p" and runs[0].config.uses_ala:
         by_p = {r.config.p: r for r in runs}  # every p in the table has a run
         table["ala_weights"] = [ala_weight_count(by_p[int(v)]) for v in table["p"]]
     return table.sort_values(param, kind="stable").reset_index(drop=True)
@@ -68,12 +68,9 @@ def _check_same_except(runs, allowed: set[str]) -> None:
                               f"({diff[0]}: {ref.get(diff[0])!r} vs {f.get(diff[0])!r})")
 
 
-# ALA on top of a base method: which algorithm names pair up
-_WITH_ALA = {"fedavg": ("fedala", "fedavg+ala"), "fedprox": ("fedprox+ala",), "fedlama": ("fedlama+ala",)}
-
-
 def applicability_frame(runs: Iterable, which: str = "best") -> pd.DataFrame:
-    """ALA added to a base method: one row per base method present with an ALA counterpart.
+    """ALA added to a method: one row per method present with an ALA counterpart (any ``X`` and ``X+ala``;
+    the paper's Table 4), in the order the methods first appear.
 
     Columns: base, with_ala (algorithm names), base_mean/base_std, ala_mean/ala_std (% over seeds),
     gain (difference of means, percentage points), n_seeds. ``which`` = "best" or "final" round.
@@ -81,13 +78,19 @@ def applicability_frame(runs: Iterable, which: str = "best") -> pd.DataFrame:
     """
     if which not in ("best", "final"):
         raise ConfigError("which", which, "best or final")
-    table = accuracy_table(list(runs), by=("algo",)).set_index("algo")
+    runs = list(runs)
+    table = accuracy_table(runs, by=("algo",)).set_index("algo")
+    partners: dict[str, list[str]] = {}
+    for r in runs:  # each ALA run under the method it adds ALA to
+        alg = r.config.algorithm
+        if alg.uses("ala"):
+            found = partners.setdefault(alg.without("ala"), [])
+            if r.config.algo not in found:
+                found.append(r.config.algo)
     rows = []
-    for base, partners in _WITH_ALA.items():
-        if base not in table.index:
-            continue
-        present = [a for a in partners if a in table.index]
-        if not present:
+    for base in dict.fromkeys(r.config.algo for r in runs):
+        present = sorted(partners.get(base, []), key=lambda a: "+" in a)  # the explicit +ala spelling last
+        if base not in table.index or not present:
             continue
         ala = present[-1]
         b, a = table.loc[base], table.loc[ala]
@@ -97,5 +100,5 @@ def applicability_frame(runs: Iterable, which: str = "best") -> pd.DataFrame:
                      "gain": a[f"{which}_mean"] - b[f"{which}_mean"],
                      "n_seeds": int(min(a["n_seeds"], b["n_seeds"]))})
     if not rows:
-        raise ConfigError("runs", sorted(table.index), "a base method (fedavg, fedprox, fedlama) and its +ALA run")
+        raise ConfigError("runs", sorted(table.index), "a method and its +ala run (e.g. fedavg and fedala)")
     return pd.DataFrame(rows)

@@ -43,11 +43,16 @@ def _table(run: Run, name: str) -> pd.DataFrame:
     return run.tables[name]
 
 
+def _is_lama(cfg: RunConfig) -> bool:
+    """Whether ``cfg`` runs FedLAMA (with or without ALA): its runs record the per-layer tables."""
+    return cfg.algorithm.base.name == "fedlama"
+
+
 def steps_per_round(cfg: RunConfig) -> int | None:
     """Local SGD steps of one round (None when a round is a number of epochs: steps then vary by client)."""
     if cfg.local_steps:
         return int(cfg.local_steps)
-    if cfg.uses_lama:
+    if _is_lama(cfg):
         return int(cfg.tau0)
     return None
 
@@ -68,7 +73,7 @@ def per_round_comm(run: Run) -> pd.Series:
     FedLAMA: Σ over the layers averaged that round of dim(u_l). Others: bytes_up / selected clients /
     bytes per parameter (FedAvg: the model size every round).
     """
-    if run.config.uses_lama:
+    if _is_lama(run.config):
         lay = _table(run, TABLE_LAYERS)
         return (lay["dim"] * lay["synced"].astype(bool)).groupby(lay["round"]).sum().astype(np.int64)
     r = run.rounds.set_index("round")
@@ -93,7 +98,7 @@ def _communication(run: Run, per_round: pd.Series) -> dict:
         "bytes_up": int(run.rounds["bytes_up"].sum()), "bytes_down": int(run.rounds["bytes_down"].sum()),
     }
     out["percent_of_fedavg"] = 100.0 * out["cost"] / out["fedavg_cost"] if out["fedavg_cost"] else float("nan")
-    if run.config.uses_lama:
+    if _is_lama(run.config):
         lay = _table(run, TABLE_LAYERS)
         out["kappa"] = lay.groupby("layer", sort=False)["synced"].sum().astype(int).to_dict()
     return out
@@ -150,7 +155,7 @@ def synced_rounds(run: Run) -> np.ndarray:
     """Rounds whose evaluation saw fully synchronised models: FedLAMA's window starts ((t − 1) mod φ = 0),
     every round for the other algorithms."""
     r = run.rounds["round"].to_numpy()
-    if run.config.uses_lama:
+    if _is_lama(run.config):
         return r[(r - 1) % run.config.phi == 0]
     return r
 
@@ -180,7 +185,7 @@ def comparison_label(run: Run) -> str:
     spr = steps_per_round(cfg)
     # fedavg+ala is FedALA itself, so both spellings share a label here
     name = algo_label("fedala" if cfg.algo == "fedavg+ala" else cfg.algo)
-    if cfg.uses_lama:
+    if _is_lama(cfg):
         return f"{name}(τ0={cfg.tau0}, φ={cfg.phi})"
     return f"{name}({spr} steps)" if spr else name
 
@@ -266,7 +271,7 @@ def _frame(cmp: _Compared) -> pd.DataFrame:
         on_grid = a[a.index.isin(common)] if len(common) else a
         rows.append({
             "label": k, "algo": cfg.algo, "steps_per_round": spr,
-            "tau0": cfg.tau0 if cfg.uses_lama else spr, "phi": cfg.phi if cfg.uses_lama else 1,
+            "tau0": cfg.tau0 if _is_lama(cfg) else spr, "phi": cfg.phi if _is_lama(cfg) else 1,
             "rounds": com["rounds"], "total_steps": com["rounds"] * spr, "comm": com["cost"],
             "comm_pct": 100.0 * com["cost"] / cmp.ref_cost if cmp.ref_cost else float("nan"),
             "bytes_up": com["bytes_up"], "bytes_down": com["bytes_down"],

@@ -158,18 +158,13 @@ def _dataset_name(d) -> str:
 
 
 def run_settings(cfg) -> str:
-    """The hyper-parameters that make a run what it is, those its algorithm uses only: ``lr 0.1, batch 10,
-    E 1, ρ 1`` then ``μ 0.001`` (FedProx), ``η 1, s 80, p 1`` (ALA; and the round ALA starts after, Fig. 4),
-    ``τ0 10, φ 2`` (FedLAMA)."""
+    """The settings that make a run what it is, its algorithm's own only: ``lr 0.1, batch 10, E 1, ρ 1`` then
+    the algorithm's hyper-parameters as their declarations show them (``μ 0.001`` for FedProx, ``η 1, s 80,
+    p 1`` for ALA and the round ALA starts after when set, ``τ0 10, φ 2`` for FedLAMA; others when they differ
+    from their default)."""
     parts = [f"lr {cfg.lr:g}", f"batch {cfg.batch_size}",
              f"τ {cfg.local_steps} steps" if cfg.local_steps else f"E {cfg.local_epochs}", f"ρ {cfg.join_ratio:g}"]
-    if cfg.uses_prox:
-        parts.append(f"μ {cfg.mu:g}")
-    if cfg.uses_ala:
-        parts += [f"η {cfg.eta:g}", f"s {cfg.s:g}", f"p {cfg.p}"] + ([f"ALA after round {cfg.ala_after}"]
-                                                                    if cfg.ala_after else [])
-    if cfg.uses_lama:
-        parts += [f"τ0 {cfg.tau0}", f"φ {cfg.phi}"]
+    parts += [t for p in cfg.algorithm.params if (t := p.shown(getattr(cfg, p.name))) is not None]
     return ", ".join(parts)
 
 

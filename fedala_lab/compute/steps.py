@@ -3,15 +3,41 @@
 Written with ``torch.func`` so one definition serves both backends: called as is by the loop backend and
 under ``vmap`` by the vectorised one. Parameters are plain tensors passed to ``functional_call``; the
 module's own parameters are never used.
+
+Local SGD is described by a :class:`SGD` value (learning rate, an extra objective term, which parameters
+train), so that worker processes (workers.py) can rebuild the same step from it: it pickles.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value
+
+
+class Objective(Protocol):
+    """An extra term of the local objective, given by its gradient (FedProx's μ(θ − G), Ditto's λ(v − G)…).
+
+    ``grad(params, carry, shared)`` returns the term's gradient for (some of) ``params``: ``carry`` is the
+    client's own state in this call (its params, buffers and whatever else the caller put there, e.g. a
+    per-client anchor), ``shared`` what every client sees (e.g. ``shared["global"]``, the global model).
+    Written with plain tensor arithmetic so that it runs per client and under ``vmap`` alike; an instance of
+    a class importable by name pickles, so worker processes can use it."""
+
+    def grad(self, params: dict, carry: dict, shared: dict) -> dict: ...
+
+
+@dataclass(frozen=True)
+class SGD:
+    """Plain local SGD: θ ← θ − lr·(∇ℓ(θ) + objective's gradient), on the ``trainable`` parameters only
+    (None: all), no momentum, no weight decay (the reference's ``torch.optim.SGD(lr)``)."""
+
+    lr: float
+    objective: Objective | None = None
+    trainable: tuple[str, ...] | None = None
 
 
 def weighted_ce(logits: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -19,27 +45,27 @@ def weighted_ce(logits: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch
     return (F.cross_entropy(logits, y, reduction="none") * w).sum() / w.sum().clamp_min(1.0)
 
 
-def make_sgd_step(model: torch.nn.Module, lr: float, grad_term: Callable | None = None):
-    """One plain SGD step on cross-entropy: θ ← θ − lr·(∇ℓ(θ) + grad_term(θ, shared)).
+def make_sgd_step(model: torch.nn.Module, sgd: SGD):
+    """One SGD step of ``sgd`` on cross-entropy for one client and one batch (``step.sgd`` keeps the recipe)."""
+    trainable = None if sgd.trainable is None else set(sgd.trainable)
 
-    No momentum, no weight decay (the reference's ``torch.optim.SGD(lr)``). ``grad_term`` is the
-    gradient of an extra local objective term, e.g. FedProx's μ(θ − G).
-    """
-
-    def loss_fn(params, buffers, x, y, w):
-        return weighted_ce(functional_call(model, (params, buffers), (x,)), y, w)
+    def loss_fn(train, frozen, buffers, x, y, w):
+        return weighted_ce(functional_call(model, ({**frozen, **train}, buffers), (x,)), y, w)
 
     g_and_v = grad_and_value(loss_fn)
 
     def step(carry, shared, x, y, w):
         params, buffers = carry["params"], carry["buffers"]
-        grads, loss = g_and_v(params, buffers, x, y, w)
-        if grad_term is not None:
-            extra = grad_term(params, shared)
-            grads = {n: grads[n] + extra[n] for n in grads}
-        new = {n: p - lr * grads[n] for n, p in params.items()}
+        train = params if trainable is None else {n: p for n, p in params.items() if n in trainable}
+        frozen = {} if trainable is None else {n: p for n, p in params.items() if n not in trainable}
+        grads, loss = g_and_v(train, frozen, buffers, x, y, w)
+        if sgd.objective is not None:
+            extra = sgd.objective.grad(train, carry, shared)
+            grads = {n: grads[n] + extra[n] if n in extra else grads[n] for n in grads}
+        new = {**params, **{n: p - sgd.lr * grads[n] for n, p in train.items()}}
         return {"params": new}, loss.reshape(1)  # buffers (BN statistics) were updated in place
 
+    step.sgd = sgd
     return step
 
 

@@ -17,12 +17,16 @@ process:
   model G). A call copies the clients' carries into the slots and hands out one client at a time
   (its slot and its batch-plan rows: a small message), longest first, to whichever worker is free, so
   a slow core only slows its share; losses and seconds come back per client, parameters in the slots.
-- A worker rebuilds the model and the algorithm's extra gradient from the run's config (``build``, a
-  picklable callable the engine supplies: compute/ knows no algorithm) and runs plain SGD on an
-  ``nn.Module`` in place with the math of :func:`~fedala_lab.compute.steps.make_sgd_step`: weighted
-  cross-entropy over the batch's rows (:func:`~fedala_lab.compute.steps.weighted_ce`, so a partial last
-  batch is exact), then θ ← θ − lr·(∇ℓ + grad_term(θ, shared)); no momentum, no weight decay. Batch-norm
-  buffers are each client's own (they live in the slots).
+- A worker receives the model's architecture once per session (the module, pickled) and, with each
+  client, the call's SGD recipe (:class:`~fedala_lab.compute.steps.SGD`: lr, an objective term, which
+  parameters train; it pickles, so any algorithm's local SGD can run here: compute/ knows no algorithm). It
+  runs the recipe on an ``nn.Module`` in place with the math of
+  :func:`~fedala_lab.compute.steps.make_sgd_step`: weighted cross-entropy over the batch's rows
+  (:func:`~fedala_lab.compute.steps.weighted_ce`, so a partial last batch is exact), then
+  θ ← θ − lr·(∇ℓ + objective's gradient) on the trainable parameters; no momentum, no weight decay.
+  Batch-norm buffers are each client's own (they live in the slots). A step that is not an SGD recipe, or a
+  recipe or model whose class lives in ``__main__`` (a script's own, which a worker cannot import), runs in
+  this process on the loop backend instead (``info()`` says so).
 - With one core (or inside a daemonic process, which may not have children) the same trainer runs in
   this process.
 
@@ -33,15 +37,17 @@ FedAvg-C, FedLAMA, batch norm). Each client is trained by exactly one process in
 number of workers and the order they pick clients in never change a result. ``channels_last=True`` (for
 conv models) runs other convolution kernels: equal to float rounding only, like changing torch's threads.
 
-Only the run's own training step (``train_step``) goes to the workers; any other step (evaluation, ALA's
-weight learning) runs in this process on the loop backend, whose forward-only calls use a thread per
-worker (compute/parallel.py) while the workers wait.
+Only SGD recipes go to the workers; any other step (evaluation, ALA's weight learning, an algorithm's own
+steps) runs in this process on the loop backend, whose forward-only calls use a thread per worker
+(compute/parallel.py) while the workers wait.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
+import pickle
 import signal
 import sys
 import threading
@@ -49,7 +55,6 @@ import time
 import traceback
 import weakref
 from collections import deque
-from collections.abc import Callable
 from itertools import count
 
 import numpy as np
@@ -58,9 +63,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from .backends import BatchPlan, LoopBackend
 from .parallel import default_workers
-from .steps import weighted_ce
-
-Build = Callable[[], tuple[torch.nn.Module, float, Callable | None]]  # () -> (model, lr, grad_term)
+from .steps import SGD, weighted_ce
 
 
 class WorkerError(RuntimeError):
@@ -81,26 +84,28 @@ class _RemoteTraceback(Exception):
 
 
 class _Trainer:
-    """One nn.Module trained in place, one client at a time (the math of steps.make_sgd_step)."""
+    """One nn.Module trained in place by an SGD recipe, one client at a time (the math of steps.make_sgd_step)."""
 
-    def __init__(self, build: Build, channels_last: bool):
-        model, lr, grad_term = build()
+    def __init__(self, model: torch.nn.Module, sgd: SGD, channels_last: bool):
+        model = copy.deepcopy(model)
         self.channels_last = channels_last and any(p.dim() == 4 for p in model.parameters())
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
         model.train()
-        for p in model.parameters():
-            p.requires_grad_(True)
-        self.model, self.lr, self.grad_term = model, lr, grad_term
-        self.params = dict(model.named_parameters())
+        trainable = None if sgd.trainable is None else set(sgd.trainable)
+        for n, p in model.named_parameters():
+            p.requires_grad_(trainable is None or n in trainable)
+        self.model, self.sgd = model, sgd
+        self.all = dict(model.named_parameters())
+        self.params = {n: p for n, p in self.all.items() if p.requires_grad}
         self.buffers = dict(model.named_buffers())
 
     def train_client(self, carry: dict, shared: dict, x: torch.Tensor, y: torch.Tensor, rows: np.ndarray,
                      sizes: np.ndarray) -> np.ndarray:
         """SGD on one client from ``carry`` (its params and buffers, written back in place); the losses."""
-        params, buffers, lr = self.params, self.buffers, self.lr
+        params, buffers, lr, objective = self.params, self.buffers, self.sgd.lr, self.sgd.objective
         with torch.no_grad():
-            for n, p in params.items():
+            for n, p in self.all.items():
                 p.copy_(carry["params"][n])
             for n, b in buffers.items():
                 b.copy_(carry["buffers"][n])
@@ -113,20 +118,34 @@ class _Trainer:
             loss = weighted_ce(self.model(xb), yb, xb.new_ones(int(s)))
             loss.backward()
             with torch.no_grad():
-                extra = self.grad_term(params, shared) if self.grad_term is not None else None
+                extra = objective.grad(params, carry, shared) if objective is not None else {}
                 for n, p in params.items():
                     g = p.grad if p.grad is not None else torch.zeros_like(p)
-                    if extra is not None:
+                    if n in extra:
                         g = g + extra[n]
                     p.sub_(lr * g)  # the loop's p − lr·(∇ℓ + extra), in place
                     p.grad = None
             losses[k] = loss.item()
         with torch.no_grad():
-            for n, p in params.items():
+            for n, p in self.all.items():
                 carry["params"][n].copy_(p)
             for n, b in buffers.items():
                 carry["buffers"][n].copy_(b)
         return losses
+
+
+class _Session:
+    """A worker's view of one run: the model, the data and slots in shared memory, a trainer per recipe."""
+
+    def __init__(self, model, channels_last, x, y, slots, shared):
+        self.model, self.channels_last = model, channels_last
+        self.x, self.y, self.slots, self.shared = x, y, slots, shared
+        self.trainers: dict[SGD, _Trainer] = {}
+
+    def trainer(self, sgd: SGD) -> _Trainer:
+        if sgd not in self.trainers:
+            self.trainers[sgd] = _Trainer(self.model, sgd, self.channels_last)
+        return self.trainers[sgd]
 
 
 def _slot(tree, i: int):
@@ -147,15 +166,15 @@ def _worker_main(conn) -> None:
             return
         try:
             if msg[0] == "setup":
-                _, token, build, channels_last, x, y, slots, shared = msg
+                _, token, model, channels_last, x, y, slots, shared = msg
                 session = None  # drop the old session's shared memory before building the new one
-                session = (_Trainer(build, channels_last), x, y, slots, shared)
+                session = _Session(model, channels_last, x, y, slots, shared)
                 conn.send(("ready", token, os.getpid()))
             else:
-                _, i, rows, sizes = msg
-                trainer, x, y, slots, shared = session
+                _, i, rows, sizes, sgd = msg
                 t0, c0 = time.perf_counter(), time.process_time()
-                losses = trainer.train_client(_slot(slots, i), shared, x, y, rows, sizes)
+                losses = session.trainer(sgd).train_client(_slot(session.slots, i), session.shared, session.x,
+                                                           session.y, rows, sizes)
                 conn.send(("done", i, losses, time.perf_counter() - t0, time.process_time() - c0))
         except BaseException as err:  # noqa: BLE001 - every failure goes to the parent, which raises it
             _send_error(conn, err)
@@ -234,26 +253,26 @@ class WorkerPool:
 
     # work
 
-    def setup(self, token, build: Build, channels_last: bool, x, y, slots, shared) -> None:
-        """Hand every worker a session (its trainer is built there) unless they hold this one already."""
+    def setup(self, token, model: torch.nn.Module, channels_last: bool, x, y, slots, shared) -> None:
+        """Hand every worker a session (the model, the data, slots) unless they hold this one already."""
         self.start()
         if self._session == token:
             return
         self._session = None
-        msg = ("setup", token, build, channels_last, x, y, slots, shared)
+        msg = ("setup", token, model, channels_last, x, y, slots, shared)
         self._exchange([(conn, msg) for conn in self._conns], expect="ready")
         self._session = token
 
-    def train(self, jobs: list[tuple[int, np.ndarray, np.ndarray]]) -> dict[int, tuple]:
-        """Train these (slot, rows, sizes) jobs, in the given order, on whichever worker is free.
-        Returns {slot: (losses, wall seconds, CPU seconds, worker pid)}."""
+    def train(self, jobs: list[tuple[int, np.ndarray, np.ndarray]], sgd: SGD) -> dict[int, tuple]:
+        """Train these (slot, rows, sizes) jobs by the recipe ``sgd``, in the given order, on whichever worker is
+        free. Returns {slot: (losses, wall seconds, CPU seconds, worker pid)}."""
         queue = deque(jobs)
         results: dict[int, tuple] = {}
 
         def feed(conn):
             if queue:
                 i, rows, sizes = queue.popleft()
-                return conn, ("train", i, rows, sizes)
+                return conn, ("train", i, rows, sizes, sgd)
             return None
 
         self._exchange([m for m in (feed(c) for c in self._conns) if m], expect="done", refill=feed,
@@ -338,7 +357,8 @@ def _main_not_rerun():
 
     A spawned process normally imports the parent's ``__main__`` (by path or module name) before its
     target runs; a script without ``if __name__ == "__main__":`` would then start a simulation in every
-    worker. The workers need only fedala_lab (their target and ``build`` are fedala_lab functions), so
+    worker. The workers need only importable code (their target is fedala_lab's; a model or recipe from
+    ``__main__`` never goes to them: :func:`portable`), so
     ``__main__``'s file and spec are hidden while the processes start, and restored at once.
     """
     main = sys.modules.get("__main__")
@@ -388,38 +408,55 @@ def _shutdown(procs: list, conns: list, kill: bool = False) -> None:
 _TOKENS = count()
 
 
-class WorkerBackend:
-    """Runs the run's training step (``train_step``) in worker processes; any other step on the loop.
+def portable(obj) -> bool:
+    """Whether a worker process can rebuild ``obj`` from its pickle: it pickles, and names nothing defined in
+    ``__main__`` (a script's or notebook's own class, which a worker cannot import)."""
+    try:
+        return b"__main__" not in pickle.dumps(obj)
+    except Exception:  # noqa: BLE001 - whatever does not pickle stays in this process
+        return False
 
-    ``build()`` (picklable) returns (model, lr, grad_term) as the run built them; ``workers``: a number
-    (None: :func:`default_workers`) or a shared :class:`WorkerPool`; ``capacity``: the most clients
-    one call trains (slots are allocated for that many, grown when a call brings more).
+
+class WorkerBackend:
+    """Runs SGD recipes (a step made by :func:`~fedala_lab.compute.steps.make_sgd_step`) in worker processes;
+    any other step on the loop, here.
+
+    ``model``: the architecture the workers train (pickled to them once per session); ``workers``: a number
+    (None: :func:`default_workers`) or a shared :class:`WorkerPool`; ``capacity``: the most clients one call
+    trains (slots are allocated for that many, grown when a call brings more).
     """
 
     name = "workers"
 
-    def __init__(self, build: Build, train_step: Callable, *, workers: int | WorkerPool | None = None,
+    def __init__(self, model: torch.nn.Module, *, workers: int | WorkerPool | None = None,
                  channels_last: bool = False, capacity: int = 1):
-        self.build, self.train_step, self.channels_last = build, train_step, bool(channels_last)
+        self.model, self.channels_last = model, bool(channels_last)
         self._own_pool = not isinstance(workers, WorkerPool)
         self._pool = workers if isinstance(workers, WorkerPool) else None
         size = workers.size if isinstance(workers, WorkerPool) else max(1, int(workers or default_workers()))
         import multiprocessing
 
         self.in_process = size == 1 or multiprocessing.current_process().daemon  # daemons have no children
+        # a model whose class a worker cannot import trains here, a client at a time
+        self.model_portable = portable(model)
+        if not self.model_portable:
+            self.in_process = True
         self.workers = 1 if self.in_process else size
         self.capacity = max(1, capacity)
         self._loop = LoopBackend()
+        self._portable: dict[SGD, bool] = {}
         # per training call: wall seconds and each worker's CPU seconds (the busiest one is the critical
         # path on an otherwise idle machine; benchmarks/round_time.py reports it)
         self.calls: list[dict] = []
         self._session = None  # this run's data, slots and shared tensors in shared memory (``_ready``)
-        self._trainer = None  # the in-process trainer
+        self._trainers: dict[SGD, _Trainer] = {}  # in-process trainers, one per recipe
 
     def info(self) -> dict:
         """What run.meta["env"] records about this backend."""
-        return {"workers": self.workers, "worker_processes": not self.in_process,
-                "channels_last": self.channels_last}
+        out = {"workers": self.workers, "worker_processes": not self.in_process, "channels_last": self.channels_last}
+        if not self.model_portable:
+            out["workers_note"] = "the model's class lives in __main__: trained in this process"
+        return out
 
     @property
     def pids(self) -> list[int]:
@@ -432,9 +469,17 @@ class WorkerBackend:
             self._pool = None
         self._session = None
 
+    def _sends(self, sgd: SGD | None) -> bool:
+        if sgd is None:
+            return False
+        if sgd not in self._portable:
+            self._portable[sgd] = portable(sgd)
+        return self._portable[sgd]
+
     def run(self, step, carry: dict, shared: dict, plan: BatchPlan, x: torch.Tensor, y: torch.Tensor, *,
             train: bool, model: torch.nn.Module, aux_size: int = 1, timings: list | None = None):
-        if not (train and step is self.train_step and x.device.type == "cpu"):
+        sgd = getattr(step, "sgd", None)
+        if not (train and self._sends(sgd) and x.device.type == "cpu"):
             return self._loop.run(step, carry, shared, plan, x, y, train=train, model=model, aux_size=aux_size,
                                   timings=timings)
         a, k_max = plan.sizes.shape
@@ -446,14 +491,14 @@ class WorkerBackend:
         cpu: dict[int, float] = {}
         if self.in_process:
             out = tree_map(torch.Tensor.clone, carry)
-            if self._trainer is None:
-                self._trainer = _Trainer(self.build, self.channels_last)
+            if sgd not in self._trainers:
+                self._trainers[sgd] = _Trainer(self.model, sgd, self.channels_last)
+            trainer = self._trainers[sgd]
             for i in range(a):
                 t0, c0 = time.perf_counter(), time.process_time()
                 n = int(n_steps[i])
                 if n:
-                    aux[i, :n, 0] = self._trainer.train_client(_slot(out, i), shared, x, y, rows[i, :n],
-                                                               plan.sizes[i, :n])
+                    aux[i, :n, 0] = trainer.train_client(_slot(out, i), shared, x, y, rows[i, :n], plan.sizes[i, :n])
                 seconds[i] = time.perf_counter() - t0
                 cpu[os.getpid()] = cpu.get(os.getpid(), 0.0) + time.process_time() - c0
         else:
@@ -464,7 +509,7 @@ class WorkerBackend:
                 t.copy_(s)
             # longest first (then by position): a slow core only slows its share
             order = sorted((i for i in range(a) if n_steps[i]), key=lambda i: (-int(n_steps[i]), i))
-            done = self._pool.train([(i, rows[i, :n_steps[i]], plan.sizes[i, :n_steps[i]]) for i in order])
+            done = self._pool.train([(i, rows[i, :n_steps[i]], plan.sizes[i, :n_steps[i]]) for i in order], sgd)
             for i, (losses, sec, c, pid) in done.items():
                 aux[i, :len(losses), 0] = losses
                 seconds[i] = sec
@@ -480,7 +525,8 @@ class WorkerBackend:
         """This run's session in shared memory (made once; again only for other data, more clients or
         another ``shared`` layout), handed to the pool (started here when it is ours)."""
         s = self._session
-        if s is None or s["x"] is not x or s["y"] is not y or a > s["capacity"] or s["layout"] != _layout(shared):
+        if (s is None or s["x"] is not x or s["y"] is not y or a > s["capacity"] or s["layout"] != _layout(shared)
+                or s["carry"] != _layout(carry, rows=True)):
             self.capacity = max(self.capacity, a)
             x.share_memory_()  # in place: the data are read-only during a run, and shared once
             y.share_memory_()
@@ -488,17 +534,18 @@ class WorkerBackend:
                 "token": (os.getpid(), next(_TOKENS)), "x": x, "y": y, "capacity": self.capacity,
                 "slots": tree_map(lambda t: t.new_empty((self.capacity, *t.shape[1:])).share_memory_(), carry),
                 "shared": tree_map(lambda t: t.detach().clone().share_memory_(), shared),
-                "layout": _layout(shared),
+                "layout": _layout(shared), "carry": _layout(carry, rows=True),
             }
         if self._pool is None or (self._own_pool and self._pool.closed):  # ours failed: start anew
             self._pool = WorkerPool(self.workers)
-        self._pool.setup(s["token"], self.build, self.channels_last, x, y, s["slots"], s["shared"])
+        self._pool.setup(s["token"], self.model, self.channels_last, x, y, s["slots"], s["shared"])
         return s["slots"], s["shared"]
 
 
-def _layout(tree) -> list:
+def _layout(tree, rows: bool = False) -> list:
+    """A tree's structure and its tensors' shapes and dtypes (``rows``: per row, the leading dimension aside)."""
     leaves, spec = tree_flatten(tree)
-    return [str(spec), *[(tuple(t.shape), t.dtype) for t in leaves]]
+    return [str(spec), *[(tuple(t.shape[1:] if rows else t.shape), t.dtype) for t in leaves]]
 
 
-__all__ = ["WorkerBackend", "WorkerError", "WorkerPool"]
+__all__ = ["WorkerBackend", "WorkerError", "WorkerPool", "portable"]

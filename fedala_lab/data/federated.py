@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..config import DataConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
+from .config import CUSTOM_PREFIX, DataConfig, directory_content
 
 
 @dataclass(eq=False)
@@ -29,13 +29,19 @@ class FederatedData:
     test_x: torch.Tensor
     test_y: torch.Tensor
     test_offsets: np.ndarray
+    # the DataConfig this data was built from (None: given as arrays); a run on it keeps its config's key
+    source: DataConfig | None = None
 
     # -- construction ------------------------------------------------------------------------------
 
     @classmethod
     def from_arrays(cls, train, test, num_classes: int, *, name: str = "custom", class_names=None,
                     device: str | torch.device = "cpu") -> FederatedData:
-        """Build from per-client ``[(x, y), …]`` lists (numpy or torch) for train and test."""
+        """Build from per-client ``[(x, y), …]`` lists (numpy or torch) for train and test.
+
+        Images (any float or small integer pixels) become float32; integer inputs of a text model (token ids,
+        int32/int64) stay int64. A run on such data is keyed by its content (:meth:`fingerprint`), never by a
+        path: ``simulate(cfg, data=fd)`` and ``get_or_run(cfg, data=fd)`` store it as ``custom:<name>``."""
         if len(train) != len(test):
             raise ConfigError("test", f"{len(test)} clients", f"as many clients as train ({len(train)})")
         if not train:
@@ -47,13 +53,16 @@ class FederatedData:
         def offsets(parts):
             return np.concatenate([[0], np.cumsum([len(p[1]) for p in parts])]).astype(np.int64)
 
+        def inputs(t: torch.Tensor) -> torch.Tensor:
+            return t.long() if t.dtype in (torch.int32, torch.int64) else t.float()
+
         dev = torch.device(device)
         return cls(
             name=name, num_classes=int(num_classes),
             class_names=tuple(class_names) if class_names else tuple(str(i) for i in range(num_classes)),
-            train_x=cat(train, 0).float().to(dev), train_y=cat(train, 1).long().to(dev),
+            train_x=inputs(cat(train, 0)).to(dev), train_y=cat(train, 1).long().to(dev),
             train_offsets=offsets(train),
-            test_x=cat(test, 0).float().to(dev), test_y=cat(test, 1).long().to(dev),
+            test_x=inputs(cat(test, 0)).to(dev), test_y=cat(test, 1).long().to(dev),
             test_offsets=offsets(test),
         )
 
@@ -63,12 +72,19 @@ class FederatedData:
 
         Results are memoised per (config, device): the app and notebooks rebuild the same data often.
         """
+        if cfg.directory is not None and directory_content(cfg.directory) != cfg.content:
+            raise DataError(f"the files in {cfg.directory} changed since this config was made (their content hash "
+                            "differs): make the config again to use them as they are now")
         key = (_data_key(cfg), str(device))
         hit = _CACHE.get(key)
         if hit is not None:
             _CACHE.move_to_end(key)
             return hit
+        if cfg.is_custom:
+            raise ConfigError("dataset", cfg.dataset, "a data set fedala_lab can load",
+                              "custom: data exists only as arrays: pass it as data= (FederatedData.from_arrays)")
         data = _build(cfg, device)
+        data.source = cfg
         _CACHE[key] = data
         while len(_CACHE) > 4:
             _CACHE.popitem(last=False)
@@ -139,9 +155,38 @@ class FederatedData:
         dev = torch.device(device)
         if dev == self.device:
             return self
-        return FederatedData(self.name, self.num_classes, self.class_names,
-                             self.train_x.to(dev), self.train_y.to(dev), self.train_offsets,
-                             self.test_x.to(dev), self.test_y.to(dev), self.test_offsets)
+        moved = FederatedData(self.name, self.num_classes, self.class_names,
+                              self.train_x.to(dev), self.train_y.to(dev), self.train_offsets,
+                              self.test_x.to(dev), self.test_y.to(dev), self.test_offsets, self.source)
+        moved._fingerprint = getattr(self, "_fingerprint", None)
+        return moved
+
+    # -- identity ----------------------------------------------------------------------------------
+
+    def fingerprint(self) -> str:
+        """SHA-256 (hex) of what the clients hold: every tensor's dtype, shape and values, the split offsets
+        and the number of classes. Computed once (the tensors are treated as read-only)."""
+        hit = getattr(self, "_fingerprint", None)
+        if hit is None:
+            import hashlib
+
+            h = hashlib.sha256(f"{self.num_classes}|".encode())
+            for t in (self.train_x, self.train_y, self.test_x, self.test_y):
+                c = t.detach().cpu().contiguous()
+                h.update(f"{c.dtype}|{tuple(c.shape)}|".encode())
+                h.update(c.numpy().tobytes())
+            for off in (self.train_offsets, self.test_offsets):
+                h.update(np.asarray(off, dtype=np.int64).tobytes())
+            hit = self._fingerprint = h.hexdigest()
+        return hit
+
+    def config(self) -> DataConfig:
+        """The DataConfig that names this data: the one it was built from, else ``custom:<name>`` with its
+        content hash."""
+        if self.source is not None:
+            return self.source
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.name) or "data"
+        return DataConfig(dataset=CUSTOM_PREFIX + safe, num_clients=self.num_clients, content=self.fingerprint())
 
 
 _CACHE: OrderedDict[tuple, FederatedData] = OrderedDict()
@@ -158,14 +203,14 @@ def _build(cfg: DataConfig, device) -> FederatedData:
     if cfg.is_pfllib:
         from .pfllib import load_pfllib
 
-        splits = load_pfllib(cfg.dataset[len("pfllib:"):])
+        splits = load_pfllib(cfg.directory)
         train, test = splits.train, splits.test
         if cfg.resize:
             train = [(_resize(x, cfg.resize), y) for x, y in train]
             test = [(_resize(x, cfg.resize), y) for x, y in test]
         if cfg.num_clients != len(train):
             raise ConfigError("num_clients", cfg.num_clients,
-                              f"{len(train)}, the number of clients in {cfg.dataset[7:]}")
+                              f"{len(train)}, the number of clients in {cfg.directory}")
         return FederatedData.from_arrays(train, test, splits.num_classes, name=splits.name, device=device)
 
     from . import partition as part

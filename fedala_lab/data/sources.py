@@ -41,8 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import default_data_root, pool_directory
 from ..errors import ConfigError, DataError, FilesMissing
+from .config import default_data_root, pool_directory
 from .pfllib import restricted_load
 
 SOURCES = ("digits", "mnist_mini", "mnist", "fashion_mnist", "cifar10", "cifar100")
@@ -66,7 +66,7 @@ def load_pool(name: str, *, root: str | None = None, download: bool = False,
               resize: int | None = None) -> Pool:
     """Load dataset ``name`` as one pool (train and test merged, images in [−1, 1]).
 
-    ``root`` is the torchvision data folder (``None``: :func:`fedala_lab.config.default_data_root`);
+    ``root`` is the torchvision data folder (``None``: :func:`fedala_lab.data.config.default_data_root`);
     ``download=True`` lets torchvision fetch missing files; ``resize=k`` bilinearly resizes every image to
     k×k (e.g. 28 puts the 8×8 digits through the paper's MNIST CNN).
     """

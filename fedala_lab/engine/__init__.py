@@ -1,9 +1,6 @@
-"""The shared round loop (simulate.py) and what it records (recorder.py).
+"""The one round loop (simulate.py), what it records (recorder.py) and stragglers (stragglers.py)."""
 
-The steps and backends it runs on, and the derived random streams, are in ``compute/``; the algorithms'
-pieces it plugs in are in ``algorithms/``.
-"""
+from ..compute.device import resolve_device
+from .simulate import Simulation, bind, simulate
 
-from .simulate import Simulation, resolve_device, simulate
-
-__all__ = ["Simulation", "resolve_device", "simulate"]
+__all__ = ["Simulation", "bind", "resolve_device", "simulate"]

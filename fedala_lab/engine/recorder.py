@@ -1,8 +1,9 @@
 """Collects what a simulation records, round by round, and turns it into a :class:`Run`.
 
-Its methods are the Run's parts: per-client and per-round rows (the loop), ALA passes and weights (the
-Run's ``ala`` table and ``ala_w`` arrays, written by algorithms/ala.py for the tracked clients), model
-snapshots, and any algorithm's extra tables (``table_rows``, e.g. FedLAMA's).
+Its parts are the Run's: per-client and per-round rows (the loop), model snapshots, and whatever an
+algorithm records through its round (``Round.record``: a tidy table, e.g. ALA's weight-learning passes
+``ala`` or FedLAMA's ``lama_layers``; ``Round.record_series``: per-client tensors stacked over rounds, e.g.
+ALA's weights ``ala_w``). The recorder knows no algorithm.
 
 Everything is kept as plain Python lists and CPU tensors so that a checkpoint is a ``torch.save`` of
 tensors and primitives (loadable with ``weights_only=True``).
@@ -21,7 +22,6 @@ CLIENT_COLS = ["round", "client", "selected", "test_acc", "test_loss", "test_cor
 ROUND_COLS = ["round", "acc", "acc_std", "test_loss", "train_loss", "init_loss", "trained_loss", "best_acc",
               "num_selected", "stragglers", "dropped", "bytes_up", "bytes_down", "seconds", "init_seconds",
               "eval_seconds", "train_seconds", "aggregate_seconds"]
-ALA_COLS = ["round", "client", "epoch", "loss", "loss_mean", "start_phase", "capped"]
 
 
 class Recorder:
@@ -31,13 +31,11 @@ class Recorder:
         self.snapshot_from = snapshot_from
         self.clients: dict[str, list] = {c: [] for c in CLIENT_COLS}
         self.rounds: dict[str, list] = {c: [] for c in ROUND_COLS}
-        self.ala: dict[str, list] = {c: [] for c in ALA_COLS}
-        self.ala_w: dict[str, list[torch.Tensor]] = {}  # "client/param" -> per-round tensors
-        self.ala_w_rounds: dict[str, list[int]] = {}  # "client" -> rounds
+        self.series: dict[str, list[torch.Tensor]] = {}  # "name/client/key" -> per-round tensors
+        self.series_rounds: dict[str, list[int]] = {}  # "name_rounds/client" -> rounds
         self.snaps: dict[str, list[torch.Tensor]] = {}  # "start/client", "end/client"
         self.snap_rounds: dict[str, list[int]] = {}
-        # Extra tidy tables an algorithm fills through table_rows (FedLAMA's per-layer records…):
-        # name -> column -> values. Run saves each as table_<name>.csv.
+        # the algorithms' tidy tables: name -> column -> values. Run saves each as table_<name>.csv.
         self.tables: dict[str, dict[str, list]] = {}
 
     # -- per round ---------------------------------------------------------------------------------
@@ -51,22 +49,17 @@ class Recorder:
             v = row[c]
             self.rounds[c].append(v.item() if hasattr(v, "item") else v)
 
-    def ala_pass(self, t, client, epoch, loss, loss_mean, *, start_phase, capped) -> None:
-        if client not in self.tracked:
-            return
-        for c, v in zip(ALA_COLS, (t, client, epoch, loss, loss_mean, bool(start_phase), bool(capped))):
-            self.ala[c].append(v)
-
-    def ala_weights(self, t: int, clients: np.ndarray, w: dict[str, torch.Tensor]) -> None:
-        for j, c in enumerate(clients.tolist()):
-            if c not in self.tracked:
-                continue
-            self.ala_w_rounds.setdefault(str(c), []).append(t)
-            for n, v in w.items():
-                self.ala_w.setdefault(f"{c}/{n}", []).append(v[j].detach().to("cpu", torch.float32).clone())
+    def take(self, t: int, records: list) -> None:
+        """File what an algorithm recorded through round ``t`` (``Round.records``), in order."""
+        for kind, name, payload in records:
+            if kind == "table":
+                self.table_rows(name, payload)
+            else:
+                clients, tensors = payload
+                self.series_rows(name, t, clients, tensors)
 
     def table_rows(self, name: str, rows: dict) -> None:
-        """Append rows to the extra tidy table ``name`` (created on first use).
+        """Append rows to the tidy table ``name`` (created on first use).
 
         ``rows`` maps every column to one value or to equal-length values (numpy arrays, lists). The
         first call fixes the columns; later calls must give the same ones.
@@ -83,6 +76,17 @@ class Recorder:
         for c, v in cols.items():
             table[c].extend(v)
 
+    def series_rows(self, name: str, t: int, clients, tensors: dict[str, torch.Tensor]) -> None:
+        """Round ``t``'s row of each tracked client among ``clients`` (the tensors' rows, in that order)."""
+        if not re.fullmatch(r"[A-Za-z0-9_]+", name):
+            raise ValueError(f"series name {name!r}: use letters, digits and _ only")
+        for j, c in enumerate(clients):
+            if c not in self.tracked:
+                continue
+            self.series_rounds.setdefault(f"{name}_rounds/{c}", []).append(t)
+            for k, v in tensors.items():
+                self.series.setdefault(f"{name}/{c}/{k}", []).append(v[j].detach().to("cpu", torch.float32).clone())
+
     def snapshot_models(self, t: int, which: str, local_params: dict[str, torch.Tensor]) -> None:
         if t < self.snapshot_from:
             return
@@ -94,25 +98,24 @@ class Recorder:
 
     # -- output ------------------------------------------------------------------------------------
 
-    def frames(self) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    def frames(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         clients = pd.DataFrame(self.clients, columns=CLIENT_COLS)
         rounds = pd.DataFrame(self.rounds, columns=ROUND_COLS)
-        ala = pd.DataFrame(self.ala, columns=ALA_COLS)
-        for df, ints in ((clients, ["round", "client"]), (rounds, ["round"]), (ala, ["round", "client", "epoch"])):
+        for df, ints in ((clients, ["round", "client"]), (rounds, ["round"])):
             for c in ints:
                 df[c] = df[c].astype("int64")
-        return clients, rounds, ala
+        return clients, rounds
 
     def table_frames(self) -> dict[str, pd.DataFrame]:
-        """The extra tables as DataFrames (columns in the order of the first rows)."""
+        """The algorithms' tables as DataFrames (columns in the order of the first rows)."""
         return {name: pd.DataFrame(cols) for name, cols in self.tables.items()}
 
     def arrays(self) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
-        for key, ws in self.ala_w.items():
-            out[f"ala_w/{key}"] = torch.stack(ws).numpy()
-        for c, rs in self.ala_w_rounds.items():
-            out[f"ala_w_rounds/{c}"] = np.asarray(rs, dtype=np.int64)
+        for key, ws in self.series.items():
+            out[key] = torch.stack(ws).numpy()
+        for key, rs in self.series_rounds.items():
+            out[key] = np.asarray(rs, dtype=np.int64)
         for key, ss in self.snaps.items():
             which, c = key.split("/")
             out[f"snap_{which}/{c}"] = torch.stack(ss).numpy()
@@ -123,8 +126,8 @@ class Recorder:
     # -- checkpoints -------------------------------------------------------------------------------
 
     def state_dict(self) -> dict:
-        return {"clients": self.clients, "rounds": self.rounds, "ala": self.ala, "ala_w": self.ala_w,
-                "ala_w_rounds": self.ala_w_rounds, "snaps": self.snaps, "snap_rounds": self.snap_rounds,
+        return {"clients": self.clients, "rounds": self.rounds, "series": self.series,
+                "series_rounds": self.series_rounds, "snaps": self.snaps, "snap_rounds": self.snap_rounds,
                 "tables": self.tables}
 
     def load_state_dict(self, d: dict) -> None:
@@ -135,8 +138,9 @@ class Recorder:
 
     def load_prefix(self, run, t: int, *, train_loss: bool) -> None:
         """Take ``run``'s records of rounds ≤ ``t`` as this run's own (a branch, docs/design.md#run-store),
-        keeping only what this recorder records: its tracked clients' ALA passes and weights, its snapshot
-        clients from its ``snapshot_from``, and the train-split losses only when ``train_loss``.
+        keeping only what this recorder records: its tracked clients' rows of per-client tables and their
+        series, its snapshot clients from its ``snapshot_from``, and the train-split losses only when
+        ``train_loss``.
 
         The caller has checked that ``run`` recorded all of that (experiments/prefix.py)."""
         def rows(df, cols, keep=None):
@@ -150,23 +154,26 @@ class Recorder:
                         out[c] = [float("nan")] * len(df)
             return out
 
+        def tracked(df):
+            return df["client"].isin(self.tracked) if "client" in df else np.ones(len(df), dtype=bool)
+
         self.clients = rows(run.clients, CLIENT_COLS)
         self.rounds = rows(run.rounds, ROUND_COLS)
-        self.ala = rows(run.ala, ALA_COLS, lambda df: df["client"].isin(self.tracked))
-        self.tables = {name: rows(df, list(df.columns)) for name, df in run.tables.items()}
-        self.ala_w, self.ala_w_rounds, self.snaps, self.snap_rounds = {}, {}, {}, {}
+        self.tables = {name: rows(df, list(df.columns), tracked) for name, df in run.tables.items() if len(df.columns)}
+        self.series, self.series_rounds, self.snaps, self.snap_rounds = {}, {}, {}, {}
         arrays = run.arrays
-        names = run.meta.get("ala_params", [])
-        for c in sorted(self.tracked):
-            rounds = arrays.get(f"ala_w_rounds/{c}")
-            if rounds is None:
+        for key, rounds in arrays.items():
+            name, _, c = key.rpartition("/")
+            if not name.endswith("_rounds") or name == "snap_rounds" or int(c) not in self.tracked:
                 continue
             keep = np.flatnonzero(rounds <= t)
-            if len(keep):
-                self.ala_w_rounds[str(c)] = rounds[keep].tolist()
-                for n in names:
-                    w = arrays[f"ala_w/{c}/{n}"]
-                    self.ala_w[f"{c}/{n}"] = [torch.from_numpy(w[i].copy()) for i in keep]
+            if not len(keep):
+                continue
+            self.series_rounds[key] = rounds[keep].tolist()
+            prefix = f"{name[:-len('_rounds')]}/{c}/"
+            for k, v in arrays.items():
+                if k.startswith(prefix):
+                    self.series[k] = [torch.from_numpy(v[i].copy()) for i in keep]
         for c in sorted(self.snapshot):
             rounds = arrays.get(f"snap_rounds/{c}")
             if rounds is None:

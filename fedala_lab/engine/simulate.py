@@ -1,138 +1,152 @@
 """The one round loop every algorithm runs on.
 
     run = simulate(RunConfig(algo="fedala", rounds=50))
+    run = simulate(cfg, model=my_module, data=my_data)      # your own nn.Module and FederatedData
 
-Per round t (docs/design.md#federated-loop, the loop the FedALA paper evaluates):
+Per round t (docs/design.md#federated-loop, the loop the FedALA paper evaluates), through the algorithm's
+hooks (algorithms/base.py, the round interface):
 
-1. select ⌊ρ·N⌋ clients without replacement (generator from (seed, t));
-2. every client (or, if the algorithm says so, every selected one) initialises its local model from the
-   global one (``algo.initialise``: FedAvg copies G, FedALA runs ALA);
-3. every client's model is evaluated on its own test split *before* local training (pooled accuracy
-   Σ correct / Σ n_test; ``eval_every`` thins this out);
-4. each selected client trains E epochs of plain SGD from its initialised model; with ``stragglers`` some
-   do only part of that work, or are dropped (engine/stragglers.py, docs/design.md#fedprox);
-5. the server aggregates the models it received (``algo.aggregate``).
+1. ``select``: ⌊ρ·N⌋ clients without replacement (generator from (seed, t));
+2. ``initialise``: every client (or, if the algorithm says so, every selected one) builds its local model from
+   what the server sends (FedAvg: G; FedALA: ALA) — the engine writes what the hook returns (a ``Sent``);
+3. every client's model (or ``personalise``'s: a personal model, a fine-tuned copy) is evaluated on its own
+   test split *before* local training (pooled accuracy Σ correct / Σ n_test; ``eval_every`` thins this out);
+4. ``local_train``: each selected client trains E epochs (plain SGD plus the algorithm's objective term by
+   default); with ``stragglers`` some do only part of that work, or are dropped (engine/stragglers.py,
+   docs/design.md#fedprox) — the engine writes the returned ``Trained`` models;
+5. ``aggregate``: the server builds the new G from the models it received (an ``Aggregated``).
 
-All clients' parameters live stacked on a leading client dimension (``local_params[name]`` is
-(N, *shape)); the backend (loop or vectorised, compute/backends.py; on a CPU local training in worker
-processes, compute/workers.py) runs per-client steps over them.
-Every random draw comes from a generator derived from (seed, round, client, purpose), so a run is
-deterministic on CPU and a resumed run equals an uninterrupted one.
+All clients' parameters live stacked on a leading client dimension (``local_params[name]`` is (N, *shape));
+the backend (loop or vectorised, compute/backends.py; on a CPU local training in worker processes,
+compute/workers.py) runs per-client steps over them. Every random draw comes from a generator derived from
+(seed, round, client, purpose), so a run is deterministic on CPU and a resumed run equals an uninterrupted one.
 
-The loop knows no algorithm: the pieces come from ``build_algorithm``, and whatever an algorithm carries
-from round to round (ALA's weights, FedLAMA's intervals) is its own state value, held here as
-``sim.state`` and checkpointed without being looked into.
+The loop knows no algorithm: the hooks come from the config's algorithm spec (algorithms/registry.py), and
+whatever an algorithm carries from round to round is its own state value, held here as ``sim.state`` and
+checkpointed without being looked into. A hook sees a ``Round`` (its view of this round), never the engine.
 """
 
 from __future__ import annotations
 
-import functools
+import copy
 import math
 import os
-import platform
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 
-from ..algorithms.base import state_from_dict, state_to_dict
-from ..algorithms.registry import build_algorithm, training_parts
+from ..algorithms.base import (
+    Aggregated,
+    Round,
+    Sent,
+    Setup,
+    Work,
+    resolve_backend,
+    state_from_dict,
+    state_to_dict,
+)
 from ..compute import rng
-from ..compute.backends import BatchPlan, make_backend
-from ..compute.steps import make_eval_step, make_sgd_step
+from ..compute.backends import make_backend
+from ..compute.device import cpu_threads, environment, resolve_device
 from ..compute.workers import WorkerBackend, WorkerPool
-from ..config import RunConfig
+from ..config import DataConfig, RunConfig
 from ..data.federated import FederatedData
 from ..errors import ConfigError, RunCancelled, TrainingDiverged
-from ..models import build_model, num_parameters
+from ..models import CUSTOM_PREFIX, build_model, fingerprint, num_parameters
 from ..record.run import Run
 from .recorder import Recorder
 from .stragglers import LocalWork, draw_work
 
-SMALL_MODEL = 200_000  # parameters from which a client at a time beats the vectorised backend on a CPU
-EVAL_CHUNK = 256  # rows per client per evaluation step (memory, not results, depends on it)
-CHECKPOINT_FORMAT = 3  # 3: straggler columns in the recorder; 2: the algorithm's state as one typed value
+CHECKPOINT_FORMAT = 4  # 4: composed algorithm states (ALA's holds the method's as ``inner``), generic records
 
 
-def resolve_device(name: str) -> torch.device:
-    """"auto" → cuda, then mps, then cpu; anything else must be available."""
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    dev = torch.device(name)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device", name, "a device this machine has (no CUDA GPU found); use auto or cpu")
-    if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise ConfigError("device", name, "a device this machine has (no Apple MPS found); use auto or cpu")
-    return dev
-
-
-def resolve_backend(name: str, device: torch.device, num_params: int) -> str:
-    """"auto" → "vectorised", except a model over SMALL_MODEL parameters on a CPU → "workers".
-
-    On a CPU a step of a large model is real arithmetic, and vmap turns its convolutions into slow
-    grouped ones (docs/design.md#performance); small models are bound by per-step overhead, which vmap
-    amortises. "workers" trains a client at a time in each of N worker processes (one per core, one
-    thread each) and runs every other step a client at a time here, as "loop" does. The same rule picks
-    the backend of any other steps (:meth:`Simulation.backend_for`).
-    """
-    if name != "auto":
-        return name
-    return "workers" if device.type == "cpu" and num_params >= SMALL_MODEL else "vectorised"
+def bind(cfg: RunConfig, data: FederatedData | None = None, model: nn.Module | None = None) -> RunConfig:
+    """``cfg`` as the config of a run on ``data`` and ``model`` when they are given: data other than the
+    config's own (arrays: ``FederatedData.from_arrays``) makes it ``custom:<name>`` with the data's content
+    hash, a module makes ``model="custom:<hash>"`` of its architecture and initial weights. So a run is stored
+    under what it ran on, never under the built-in data's or model's key."""
+    if data is not None and not cfg.data.same_data(data.config()):
+        if cfg.data.num_clients != data.num_clients and cfg.data != DataConfig():  # a setting that contradicts the data
+            raise ConfigError("num_clients", cfg.data.num_clients,
+                              f"{data.num_clients}, the number of clients in the data given")
+        cfg = cfg.replace(data=data.config())
+    if model is not None:
+        if not isinstance(model, nn.Module):
+            raise ConfigError("model", type(model).__name__, "a torch.nn.Module (or leave it out and set cfg.model)")
+        cfg = cfg.replace(model=CUSTOM_PREFIX + fingerprint(model))
+    return cfg
 
 
 class Simulation:
     """State and shared services of one run; ``run()`` is the round loop.
 
-    ``workers`` and ``channels_last`` concern the "workers" backend (local training in worker processes on
-    a CPU, compute/workers.py): the number of processes (None: one per core, or ``$FEDALA_LAB_WORKERS``)
-    or a :class:`~fedala_lab.compute.workers.WorkerPool` to share; ``channels_last`` runs conv models in
-    that memory format there (equal to float rounding only, like changing threads). The workers start at
-    the first training call and stop when ``run()`` ends, or at :meth:`close`.
+    ``data``: the clients' data (default: built from ``cfg.data``); ``model``: an ``nn.Module`` of your own
+    (its weights are the initial global model; default: ``cfg.model`` built with the run's seed). Either makes
+    the run's config say so (:func:`bind`), so ``sim.cfg`` may differ from ``cfg``.
+
+    ``workers`` and ``channels_last`` concern the "workers" backend (local training in worker processes on a
+    CPU, compute/workers.py): the number of processes (None: one per core) or a
+    :class:`~fedala_lab.compute.workers.WorkerPool` to share; ``channels_last`` runs conv models in that
+    memory format there (equal to float rounding only, like changing threads). The workers start at the first
+    training call and stop when ``run()`` ends, or at :meth:`close`.
     """
 
-    def __init__(self, cfg: RunConfig, data: FederatedData | None = None, *, chunk_clients: int | None = None,
-                 workers: int | WorkerPool | None = None, channels_last: bool = False):
+    def __init__(self, cfg: RunConfig, data: FederatedData | None = None, *, model: nn.Module | None = None,
+                 chunk_clients: int | None = None, workers: int | WorkerPool | None = None,
+                 channels_last: bool = False):
+        cfg = bind(cfg, data, model).check()
         self.cfg = cfg
         self.device = resolve_device(cfg.device)
         self.data = (data or FederatedData.from_config(cfg.data, self.device)).to(self.device)
         if self.data.num_clients != cfg.data.num_clients:
             raise ConfigError("num_clients", cfg.data.num_clients,
                               f"{self.data.num_clients}, the number of clients in the data given")
-        self.model = build_model(cfg.model, self.data.input_shape, self.data.num_classes,
-                                 seed=rng.torch_seed(cfg.seed, 0, rng.SERVER, rng.MODEL_INIT)).to(self.device)
-        for p in self.model.parameters():
-            p.requires_grad_(False)  # the engine passes its own tensors to functional_call
-        self.algo = build_algorithm(cfg, self.model)  # checks what it needs of the model (ALA's p…)
+        self.model = self._template(cfg, model)
         self.num_params = num_parameters(self.model)  # decides the backend
+        backend = self._make_backend(resolve_backend(cfg.backend, self.device, self.num_params), chunk_clients,
+                                     workers, channels_last)
+        n = self.num_clients
+        self.setup = Setup(cfg, self.model, self.data, tracked=cfg.clients_to("track_clients", n), backend=backend,
+                           chunk_clients=chunk_clients)
+        self.algo = cfg.algorithm.build(self.setup)  # checks what it needs of the model (ALA's p…)
         self.untrained = self._check_local_work()
-        self.sgd_step = make_sgd_step(self.model, cfg.lr, self.algo.grad_term)
-        self.backend = self._make_backend(resolve_backend(cfg.backend, self.device, self.num_params),
-                                          chunk_clients, workers, channels_last)
-        self._backends = {self.backend.name: self.backend}
         self.dtype = next(self.model.parameters()).dtype
 
-        n = self.num_clients
-        self.param_names = [k for k, _ in self.model.named_parameters()]
+        self.param_names = list(self.setup.param_names)
         self.global_params = {k: v.detach().clone() for k, v in self.model.named_parameters()}
         self.local_params = {k: v.unsqueeze(0).repeat(n, *[1] * v.dim()) for k, v in self.global_params.items()}
         self.local_buffers = {k: v.detach().unsqueeze(0).repeat(n, *[1] * v.dim()).clone()
                               for k, v in self.model.named_buffers()}
-        self._bytes = {k: v.numel() * v.element_size() for k, v in self.global_params.items()}
-        self.eval_step = make_eval_step(self.model)
         self.round = 0
         self.seconds = 0.0
-        self.recorder = Recorder(cfg.clients_to("track_clients", n), cfg.clients_to("snapshot_clients", n),
-                                 cfg.snapshot_from)
+        self.recorder = self._recorder()
         self.branched_from: dict | None = None  # the stored run and round this run started from (start_from)
-        self._plans: dict = {}
-        self.state = self.algo.init_state(self) if self.algo.init_state else None  # the algorithm's, opaque
+        self.state = self.algo.init_state(self.setup)  # the algorithm's, opaque
+
+    def _template(self, cfg: RunConfig, model: nn.Module | None) -> nn.Module:
+        """The model's architecture and initial weights: the given module's (a copy), else cfg.model's."""
+        if model is None:
+            if cfg.model.startswith(CUSTOM_PREFIX):
+                raise ConfigError("model", cfg.model, "a model fedala_lab can build, or pass the module: this config "
+                                  "names a custom model", "simulate(cfg, model=my_module) / get_or_run(..., model=…)")
+            model = build_model(cfg.model, self.data.input_shape, self.data.num_classes,
+                                seed=rng.torch_seed(cfg.seed, 0, rng.SERVER, rng.MODEL_INIT))
+        else:
+            model = copy.deepcopy(model)
+            _check_fits(model, self.data)
+        model = model.to(self.device)
+        for p in model.parameters():
+            p.requires_grad_(False)  # the engine passes its own tensors to functional_call
+        return model
+
+    def _recorder(self) -> Recorder:
+        n = self.num_clients
+        return Recorder(self.cfg.clients_to("track_clients", n), self.cfg.clients_to("snapshot_clients", n),
+                        self.cfg.snapshot_from)
 
     def _make_backend(self, name: str, chunk_clients, workers, channels_last):
         if name != "workers":
@@ -143,9 +157,12 @@ class Simulation:
         if chunk_clients is not None:
             raise ConfigError("chunk_clients", chunk_clients, "unset (None): the workers backend trains one "
                               "client at a time in each process", "set backend='vectorised'")
-        build = functools.partial(training_parts, self.cfg, self.data.input_shape, self.data.num_classes)
-        return WorkerBackend(build, self.sgd_step, workers=workers, channels_last=channels_last,
-                             capacity=self.num_clients)
+        return WorkerBackend(self.model, workers=workers, channels_last=channels_last, capacity=self.num_clients)
+
+    @property
+    def backend(self):
+        """The run's backend (local SGD and evaluation)."""
+        return self.setup.backend
 
     def close(self) -> None:
         """Stop the backend's worker processes, if any (``run()`` does this when it ends)."""
@@ -166,7 +183,7 @@ class Simulation:
         If no client has a batch, nothing would ever train: the config is refused."""
         cfg = self.cfg
         sizes = self.train_sizes
-        untrained = [int(c) for c in np.flatnonzero(self.batches_per_epoch(sizes) == 0)]
+        untrained = [int(c) for c in np.flatnonzero(self.setup.batches_per_epoch(sizes) == 0)]
         if len(untrained) == self.num_clients:
             largest = int(sizes.max()) if len(sizes) else 0
             if largest == 0:
@@ -186,7 +203,7 @@ class Simulation:
                           "drop_last=false trains them on a partial batch", stacklevel=3)
         return untrained
 
-    # -- facts the algorithms use ------------------------------------------------------------------
+    # -- facts -------------------------------------------------------------------------------------
 
     @property
     def num_clients(self) -> int:
@@ -196,129 +213,27 @@ class Simulation:
     def train_sizes(self) -> np.ndarray:
         return self.data.train_sizes
 
-    @property
-    def train_offsets(self) -> np.ndarray:
-        return self.data.train_offsets
-
-    def param_bytes(self, names) -> int:
-        return sum(self._bytes[n] for n in names)
-
-    def batches_per_epoch(self, n):
-        """Local SGD batches in one pass over ``n`` train samples (an int or an array of them)."""
-        b = self.cfg.batch_size
-        return n // b if self.cfg.drop_last else -(-n // b)
-
-    # -- services ----------------------------------------------------------------------------------
-
-    def run_steps(self, step, carry, shared, plan, x, y, *, train: bool, aux_size: int = 1, timings=None):
-        return self.backend.run(step, carry, shared, plan, x, y, train=train, model=self.model,
-                                aux_size=aux_size, timings=timings)
-
-    def backend_for(self, num_params: int):
-        """The backend for steps through ``num_params`` parameters: ``cfg.backend`` when set, else the size
-        rule of :func:`resolve_backend`. Local training uses the run's own backend (the whole model); ALA's
-        head-only weight-learning steps are small, so they run vectorised even where a large model on a CPU
-        trains a client at a time. Other steps never go to worker processes: "workers" means the loop here."""
-        name = resolve_backend(self.cfg.backend, self.device, num_params)
-        if name == "workers":
-            name = "loop"
-        if name not in self._backends:
-            self._backends[name] = make_backend(name)
-        return self._backends[name]
-
-    def plan_from(self, batches: list[list[np.ndarray]]) -> BatchPlan:
-        return BatchPlan.from_batches(batches, self.device)
-
-    def gather(self, clients: torch.Tensor, params: dict | None = None, buffers: dict | None = None) -> dict:
-        """A working copy of these clients' models: {"params": {…}, "buffers": {…}} with (A, …) tensors."""
-        params = self.local_params if params is None else params
-        buffers = self.local_buffers if buffers is None else buffers
-        return {"params": {k: v[clients] for k, v in params.items()},
-                "buffers": {k: v[clients] for k, v in buffers.items()}}
-
-    def train_plan(self, t: int, clients: torch.Tensor, *, epochs: int | None = None,
-                   steps: int | None = None, stream: int = rng.TRAIN_ORDER,
-                   limits: dict[int, int] | None = None) -> BatchPlan:
-        """Local SGD batches: ``epochs`` passes over each client's train split, or exactly ``steps`` batches;
-        ``limits`` cuts some clients' work to their first so many batches (stragglers).
-
-        Reference order by default: the split in its stored order every time, last partial batch dropped.
-        """
-        cfg = self.cfg
-        ids = tuple(clients.cpu().tolist())
-        key = (ids, epochs, steps, stream)
-        cache = not cfg.shuffle and not limits  # stragglers' cuts change every round
-        if cache and key in self._plans:
-            return self._plans[key]
-        b = cfg.batch_size
-        batches = []
-        for c in ids:
-            n, off = int(self.train_sizes[c]), int(self.train_offsets[c])
-            seq: list[np.ndarray] = []
-            per_epoch = self.batches_per_epoch(n)
-            if per_epoch == 0:
-                batches.append(seq)
-                continue
-            epoch = 0
-            while (steps is None and epoch < epochs) or (steps is not None and len(seq) < steps):
-                order = (rng.generator(cfg.seed, t, c, stream, epoch).permutation(n) if cfg.shuffle
-                         else np.arange(n))
-                for j in range(per_epoch):
-                    seq.append(off + order[j * b:(j + 1) * b])
-                    if steps is not None and len(seq) == steps:
-                        break
-                epoch += 1
-            batches.append(seq[:limits[c]] if limits and c in limits else seq)
-        plan = self.plan_from(batches)
-        if cache:
-            self._plans[key] = plan
-        return plan
-
-    def local_work(self, t: int, selected: torch.Tensor, *, epochs: int | None = None,
-                   steps: int | None = None) -> tuple[BatchPlan, LocalWork]:
-        """Round ``t``'s local training plan of the selected clients, with the stragglers' work cut short
-        or dropped (engine/stragglers.py; docs/design.md#fedprox), and who straggled."""
-        ids = selected.cpu().numpy()
-        per_epoch = self.batches_per_epoch(self.train_sizes[ids])
-        full = per_epoch * epochs if steps is None else np.where(per_epoch > 0, steps, 0)
-        work = draw_work(self.cfg, t, ids, full, self.num_clients)
-        return self.train_plan(t, selected, epochs=epochs, steps=steps, limits=work.limits), work
-
-    def eval_plan(self, split: str) -> BatchPlan:
-        key = ("eval", split)
-        if key not in self._plans:
-            sizes = self.data.train_sizes if split == "train" else self.data.test_sizes
-            offs = self.data.train_offsets if split == "train" else self.data.test_offsets
-            b = self.cfg.batch_size
-            batches = []
-            for c in range(self.num_clients):
-                n = int(sizes[c])
-                if self.cfg.eval_drop_last and split == "test":
-                    n = n // b * b  # the reference's DataLoader(drop_last=True) on the test split
-                batches.append([offs[c] + np.arange(j, min(j + EVAL_CHUNK, n)) for j in range(0, n, EVAL_CHUNK)])
-            self._plans[key] = self.plan_from(batches)
-        return self._plans[key]
+    def round_view(self, t: int, selected: torch.Tensor | None = None) -> Round:
+        """Round ``t`` as the algorithm's hooks see it (algorithms/base.py)."""
+        return Round(self.setup, t, global_params=self.global_params, local_params=self.local_params,
+                     local_buffers=self.local_buffers, selected=selected, state=self.state)
 
     def evaluate(self, params: dict, buffers: dict, split: str, clients=None) -> dict[str, np.ndarray]:
         """Sum of losses, number correct and number of samples per client on its ``split``."""
-        x, y = (self.data.train_x, self.data.train_y) if split == "train" else (self.data.test_x, self.data.test_y)
-        plan = self.eval_plan(split)
-        carry = {"params": params, "buffers": buffers}
-        if clients is not None:
-            carry = self.gather(clients, params, buffers)
-            plan = plan.take(clients.cpu().numpy())
-        _, aux = self.run_steps(self.eval_step, carry, {}, plan, x, y, train=False, aux_size=2)
-        return {"loss_sum": np.nansum(aux[..., 0], 1), "correct": np.nansum(aux[..., 1], 1),
-                "num": plan.sizes.sum(1)}
+        return self.round_view(self.round).evaluate(params, buffers, split, clients)
+
+    def local_work(self, t: int, selected: torch.Tensor, *, epochs: int | None = None,
+                   steps: int | None = None) -> tuple[Work, LocalWork]:
+        """Round ``t``'s local training of the selected clients, with the stragglers' work cut short or dropped
+        (engine/stragglers.py; docs/design.md#fedprox), and who straggled."""
+        ids = selected.cpu().numpy()
+        per_epoch = self.setup.batches_per_epoch(self.train_sizes[ids])
+        full = per_epoch * epochs if steps is None else np.where(per_epoch > 0, steps, 0)
+        work = draw_work(self.cfg, t, ids, full, self.num_clients)
+        plan = self.setup.plan(t, selected, epochs=epochs, steps=steps, limits=work.limits)
+        return Work(selected, plan), work
 
     # -- the round loop ----------------------------------------------------------------------------
-
-    def select(self, t: int) -> torch.Tensor:
-        n = self.num_clients
-        k = max(1, int(self.cfg.join_ratio * n))
-        ids = np.arange(n) if k == n else np.sort(
-            rng.generator(self.cfg.seed, t, rng.SERVER, rng.SELECT).choice(n, size=k, replace=False))
-        return torch.as_tensor(ids, device=self.device)
 
     def run(self, *, progress: bool = True, callback: Callable | None = None,
             checkpoint: str | Path | None = None) -> Run:
@@ -371,19 +286,28 @@ class Simulation:
             bar.close()
         return self.to_run()
 
+    def _receive(self, clients: torch.Tensor, sent: Sent) -> None:
+        """Write what ``clients`` received into their local models (shared tensors broadcast, rows as given)."""
+        for name, v in sent.params.items():
+            self.local_params[name][clients] = v
+        for name, v in sent.rows.items():
+            self.local_params[name][clients] = v
+
     def run_round(self, t: int) -> dict:
         cfg, algo, rec = self.cfg, self.algo, self.recorder
         n = self.num_clients
         t_start = time.perf_counter()
-        selected = algo.select(self, t) if algo.select else self.select(t)
+        rnd = self.round_view(t)
+        selected = rnd.selected = algo.select(rnd)
         sel_mask = np.zeros(n, dtype=bool)
         sel_mask[selected.cpu().numpy()] = True
-        everyone = torch.arange(n, device=self.device)
 
         # 2. local initialisation
         tic = time.perf_counter()
-        init_clients = everyone if algo.initialise_all else selected
-        bytes_down = algo.initialise(self, t, init_clients)
+        init_clients = rnd.everyone if algo.initialise_all else selected
+        sent = algo.initialise(rnd, init_clients)
+        self._receive(init_clients, sent)
+        bytes_down = sent.bytes
         rec.snapshot_models(t, "start", self.local_params)
         t_init = time.perf_counter() - tic
 
@@ -393,27 +317,25 @@ class Simulation:
         nan = np.full(n, np.nan)
         test, init_loss = None, nan
         if evaluated:
-            params, buffers = algo.personalise(self, t) if algo.personalise else (self.local_params,
-                                                                                  self.local_buffers)
-            test = self.evaluate(params, buffers, "test")
+            models = algo.personalise(rnd) or {"params": self.local_params, "buffers": self.local_buffers}
+            test = rnd.evaluate(models["params"], models["buffers"], "test")
             if cfg.record_train_loss:
-                tr = self.evaluate(self.local_params, self.local_buffers, "train")
+                tr = rnd.evaluate(self.local_params, self.local_buffers, "train")
                 init_loss = tr["loss_sum"] / np.maximum(tr["num"], 1)
         t_eval = time.perf_counter() - tic
 
         # 4. local training of the selected clients
         tic = time.perf_counter()
         steps = algo.local_steps or cfg.local_steps  # a round of SGD steps rather than epochs when set
-        plan, work = self.local_work(t, selected, epochs=None if steps else cfg.local_epochs, steps=steps)
-        timings = [] if self.backend.name in ("loop", "workers") else None
-        trained, aux = self.run_steps(self.sgd_step, self.gather(selected), {"global": self.global_params}, plan,
-                                      self.data.train_x, self.data.train_y, train=True, timings=timings)
-        for k, v in trained["params"].items():
+        job, work = self.local_work(t, selected, epochs=None if steps else cfg.local_epochs, steps=steps)
+        trained = algo.local_train(rnd, job)
+        for k, v in trained.params.items():
             self.local_params[k][selected] = v
-        for k, v in trained["buffers"].items():
+        for k, v in trained.buffers.items():
             self.local_buffers[k][selected] = v
-        valid = plan.sizes > 0  # aux is NaN where a client had no batch; a NaN loss elsewhere is divergence
-        losses = np.where(valid, aux[..., 0], 0.0)
+        losses_all = np.asarray(trained.losses, dtype=np.float64)
+        valid = trained.done if trained.done is not None else ~np.isnan(losses_all)
+        losses = np.where(valid, losses_all, 0.0)
         n_steps = valid.sum(1)
         local_steps = np.zeros(n, dtype=np.int64)
         local_steps[sel_mask] = n_steps
@@ -423,8 +345,8 @@ class Simulation:
         train_loss = nan.copy()
         train_loss[sel_mask] = sel_train_loss
         seconds = nan.copy()
-        if timings is not None:
-            seconds[sel_mask] = timings
+        if trained.seconds is not None:
+            seconds[sel_mask] = trained.seconds
         t_train = time.perf_counter() - tic
 
         senders = work.senders(selected)  # the selected clients that were not dropped
@@ -432,20 +354,24 @@ class Simulation:
         trained_loss = nan.copy()
         if evaluated and cfg.record_train_loss and len(senders):
             tic = time.perf_counter()
-            tr = self.evaluate(self.local_params, self.local_buffers, "train", clients=senders)
+            tr = rnd.evaluate(self.local_params, self.local_buffers, "train", clients=senders)
             trained_loss[sent_mask] = tr["loss_sum"] / np.maximum(tr["num"], 1)
             t_eval += time.perf_counter() - tic
         rec.snapshot_models(t, "end", self.local_params)
 
         if diverged.any():
+            rec.take(t, rnd.records)
             self._diverged(t, selected.cpu().numpy()[diverged])
 
         # 5. server aggregation
         tic = time.perf_counter()
-        bytes_up = algo.aggregate(self, t, senders) if len(senders) else 0  # nobody sent: G stays
+        agg = algo.aggregate(rnd, senders) if len(senders) else Aggregated({}, 0)  # nobody sent: G stays
+        self.global_params.update(agg.params)
+        bytes_up = agg.bytes
         t_agg = time.perf_counter() - tic
         seconds_round = time.perf_counter() - t_start
         self.seconds += seconds_round
+        rec.take(t, rnd.records)
 
         # record
         if test is not None:
@@ -490,7 +416,7 @@ class Simulation:
     # -- output and checkpoints --------------------------------------------------------------------
 
     def to_run(self, status: str = "complete") -> Run:
-        clients, rounds, ala = self.recorder.frames()
+        clients, rounds = self.recorder.frames()
         meta = {
             "env": {**environment(self.device), "backend": self.backend.name,
                     "backend_choice": "auto" if self.cfg.backend == "auto" else "cfg.backend",
@@ -499,10 +425,10 @@ class Simulation:
                     "threads_choice": "cfg.threads" if self.cfg.threads is not None else "auto"},
             "param_names": self.param_names,
             "param_shapes": {k: list(v.shape[1:]) for k, v in self.local_params.items()},
-            **(self.algo.meta(self.state) if self.algo.meta else {}),
+            **self.algo.meta(self.state),
             "untrained_clients": list(self.untrained),
             "seconds": self.seconds,
-            "model_bytes": self.param_bytes(self.param_names),
+            "model_bytes": self.setup.param_bytes(),
             "train_sizes": self.train_sizes.tolist(),
             "test_sizes": self.data.test_sizes.tolist(),
             "tracked_clients": sorted(self.recorder.tracked),
@@ -511,8 +437,8 @@ class Simulation:
             meta["branched_from"] = dict(self.branched_from)
         if status == "complete" and self.round < self.cfg.rounds:
             status = "partial"
-        return Run(config=self.cfg, clients=clients, rounds=rounds, ala=ala, arrays=self.recorder.arrays(),
-                   meta=meta, status=status, tables=self.recorder.table_frames())
+        return Run(config=self.cfg, clients=clients, rounds=rounds, arrays=self.recorder.arrays(), meta=meta,
+                   status=status, tables=self.recorder.table_frames())
 
     def state_dict(self, *, recorder: bool = True) -> dict:
         """Everything a resumed run needs. ``recorder=False``: the engine state alone (what the run store keeps
@@ -531,29 +457,36 @@ class Simulation:
         return {k: getattr(self.cfg, k) for k in ("track_clients", "snapshot_clients", "snapshot_from",
                                                   "record_train_loss")}
 
-    def start_from(self, d: dict, prefix: Run, *, algo_state: bool) -> None:
+    def start_from(self, d: dict, prefix: Run, *, algo_state: str) -> None:
         """Start at round ``d["round"]`` from the engine state ``d`` of another config's run ``prefix`` that
         equals this run through that round (experiments/prefix.py decides which; docs/design.md#run-store).
 
-        The models and buffers are ``d``'s; the algorithm's state is ``d``'s when ``algo_state``, else fresh
-        (valid while ALA has not run: its state is still the initial one); the records of rounds ≤ that round
-        are ``prefix``'s, as far as this config records them. Raises ValueError (changing nothing) when the
-        state does not fit this run's model, format or rounds."""
+        The models and buffers are ``d``'s. The algorithm's state: ``algo_state="same"``, ``d``'s (the same
+        algorithm: an extension); ``"inner"``, a fresh state holding ``d``'s as the state of the method it wraps
+        (``prefix`` ran that method, e.g. FedLAMA for FedLAMA+ALA before ALA starts); ``"fresh"``, the initial
+        one. The records of rounds ≤ that round are ``prefix``'s, as far as this config records them. Raises
+        ValueError (changing nothing) when the state does not fit this run's model, format or rounds."""
         t = int(d.get("round", -1))
         if d.get("format") != CHECKPOINT_FORMAT or not 1 <= t <= self.cfg.rounds:
             raise ValueError("not an engine state this run can start from")
         shapes = {k: tuple(v.shape) for k, v in self.local_params.items()}
         if {k: tuple(v.shape) for k, v in d["local"].items()} != shapes or set(d["global"]) != set(shapes):
             raise ValueError("the engine state holds another model")
-        fresh = self.algo.init_state(self) if self.algo.init_state else None
-        state = state_from_dict(fresh, d["state"]) if algo_state else fresh
+        fresh = self.algo.init_state(self.setup)
+        if algo_state == "same":
+            state = state_from_dict(fresh, d["state"])
+        elif algo_state == "inner":
+            if not hasattr(fresh, "inner"):
+                raise ValueError("this algorithm wraps no other's state")
+            fresh.inner = state_from_dict(fresh.inner, d["state"])
+            state = fresh
+        else:
+            state = fresh
         glob, local, buffers = ({k: v.to(self.device) for k, v in d[part].items()}
                                 for part in ("global", "local", "buffers"))
         self.round, self.seconds = t, float(d["seconds"])
         self.global_params, self.local_params, self.local_buffers, self.state = glob, local, buffers, state
-        n = self.num_clients
-        self.recorder = Recorder(self.cfg.clients_to("track_clients", n), self.cfg.clients_to("snapshot_clients", n),
-                                 self.cfg.snapshot_from)
+        self.recorder = self._recorder()
         self.recorder.load_prefix(prefix, t, train_loss=self.cfg.record_train_loss)
         self.branched_from = {"run": prefix.path.name if prefix.path else prefix.config.slug(), "round": t,
                               "seconds": float(d["seconds"])}
@@ -609,91 +542,55 @@ def read_checkpoint(path: str | Path) -> Run | None:
         return None
     rec = Recorder([], [], 1)
     rec.load_state_dict(d["recorder"])
-    clients, rounds, ala = rec.frames()
-    return Run(config=cfg, clients=clients, rounds=rounds, ala=ala, arrays=rec.arrays(),
+    clients, rounds = rec.frames()
+    return Run(config=cfg, clients=clients, rounds=rounds, arrays=rec.arrays(),
                meta={"seconds": float(d["seconds"]), "stopped_round": int(d["round"])}, status="partial",
                tables=rec.table_frames())
 
 
 def divergence_message(cfg: RunConfig, t: int, clients: list[int]) -> str:
-    """Why a run diverged, the most likely cause first.
-
-    FedProx's proximal step alone multiplies θ − G by (1 − lr·μ) per step: for lr·μ ≥ 2 that grows
-    without bound whatever the data, and from lr·μ ≥ 1 on it overshoots G every step, so there μ is the
-    most likely cause. Otherwise the step size is.
-    """
+    """Why a run diverged, the most likely cause first: the algorithm's own hint where it has one (FedProx:
+    μ·lr ≥ 1), else the step size."""
     head = (f"training diverged in round {t}: the loss of client(s) {clients[:5]} became NaN or infinite. ")
     lr_text = (f"the learning rate lr={cfg.lr:g} is most likely too large for this model and batch size "
                f"{cfg.batch_size}; try a smaller lr")
-    if cfg.uses_prox and cfg.mu * cfg.lr >= 1:
-        return head + (f"FedProx's mu={cfg.mu:g} is most likely too large for lr={cfg.lr:g}: each step scales "
-                       f"θ − G by 1 − lr·mu = {1 - cfg.lr * cfg.mu:.3g}, which must stay within (−1, 1), so "
-                       f"try mu < {1 / cfg.lr:g} (1/lr; the FedProx paper's grid is 0.001 to 1). Otherwise "
-                       + lr_text)
+    hint = cfg.algorithm.divergence_hint(cfg)
+    if hint:
+        return head + hint + ". Otherwise " + lr_text
     return head + lr_text[0].upper() + lr_text[1:]
 
 
-def simulate(cfg: RunConfig, data: FederatedData | None = None, *, progress: bool = True,
-             callback: Callable | None = None, checkpoint: str | Path | None = None,
-             resume: bool = True) -> Run:
+def simulate(cfg: RunConfig, data: FederatedData | None = None, *, model: nn.Module | None = None,
+             progress: bool = True, callback: Callable | None = None, checkpoint: str | Path | None = None,
+             resume: bool = True, workers: int | WorkerPool | None = None) -> Run:
     """Run one configured simulation and return its recorded :class:`Run` (not saved; see the store).
 
-    With ``checkpoint``, state is saved there every ``cfg.checkpoint_every`` rounds and, if ``resume``,
-    a checkpoint found there is continued — giving the same result as an uninterrupted run.
+    ``data``: clients' data of your own (a ``FederatedData``, e.g. ``FederatedData.from_arrays``); ``model``:
+    an ``nn.Module`` of your own, whose weights are the initial global model. The returned run's config says
+    so (``custom:`` data and model, by content hash). ``workers``: training processes on a CPU (None: one
+    per core). With ``checkpoint``, state is saved there every ``cfg.checkpoint_every`` rounds and, if
+    ``resume``, a checkpoint found there is continued — giving the same result as an uninterrupted run.
     """
-    sim = Simulation(cfg, data)
+    sim = Simulation(cfg, data, model=model, workers=workers)
     if checkpoint and resume:
         sim.load_checkpoint(checkpoint)
     return sim.run(progress=progress, callback=callback, checkpoint=checkpoint)
 
 
-class cpu_threads:
-    """Temporarily set torch's CPU threads (None: leave them as they are)."""
-
-    def __init__(self, n: int | None):
-        self.n, self.old = n, None
-
-    def __enter__(self):
-        if self.n is not None:
-            self.old = torch.get_num_threads()
-            torch.set_num_threads(self.n)
-        return self
-
-    def __exit__(self, *exc):
-        if self.old is not None:
-            torch.set_num_threads(self.old)
-        return False
-
-
-_ENV_CACHE: dict = {}
-
-
-def environment(device: torch.device) -> dict:
-    """Versions, device, git commit: enough to say where a number came from."""
-    if "base" not in _ENV_CACHE:
-        import sys
-
-        import numpy
-        import pandas
-
-        from .._version import __version__
-
-        commit = None
-        try:
-            here = Path(__file__).resolve().parent
-            commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
-                                    timeout=5, check=False).stdout.strip() or None
-        except (OSError, subprocess.SubprocessError):
-            pass
-        _ENV_CACHE["base"] = {
-            "fedala_lab": __version__, "python": sys.version.split()[0], "torch": torch.__version__,
-            "numpy": numpy.__version__, "pandas": pandas.__version__, "platform": platform.platform(),
-            "git_commit": commit, "torch_threads": torch.get_num_threads(),
-        }
-    env = dict(_ENV_CACHE["base"])
-    env["device"] = str(device)
-    if device.type == "cuda":
-        env["device_name"] = torch.cuda.get_device_name(device)
-    else:
-        env["device_name"] = platform.processor() or platform.machine()
-    return env
+def _check_fits(model: nn.Module, data: FederatedData) -> None:
+    """A module given as the model must map a batch of the data's inputs to one score per class."""
+    was = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(data.train_x[:2].to(next(model.parameters()).device))
+    except Exception as err:  # noqa: BLE001 - any failure of the user's module: say what it was given
+        raise ConfigError("model", type(model).__name__, f"a module that accepts inputs of shape "
+                          f"{tuple(data.input_shape)} ({data.train_x.dtype})", str(err).splitlines()[0]) from None
+    finally:
+        model.train(was)
+    if tuple(out.shape[1:]) != (data.num_classes,):
+        raise ConfigError("model", type(model).__name__, f"a module whose output has {data.num_classes} scores per "
+                          f"sample (one per class); it gives shape {tuple(out.shape)}")
+    if not any(True for _ in model.parameters()):
+        raise ConfigError("model", type(model).__name__, "a module with parameters to train")

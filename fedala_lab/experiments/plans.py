@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import SETTING_NAMES, RunConfig, merge_settings, read_config_file
+from ..config import RunConfig, merge_settings, read_config_file, setting_names
 from ..errors import ConfigError
 from .presets import preset
 
@@ -41,7 +41,7 @@ def axis_name(name: str) -> str:
         raise ConfigError("grid", name, "an axis named after a config field, e.g. p, s, beta, num_clients")
     key = AXIS_ALIASES.get(name.strip(), name.strip())
     key = AXIS_ALIASES.get(key.replace("-", "_"), key.replace("-", "_"))
-    if key not in SETTING_NAMES:
+    if key not in setting_names():
         raise ConfigError("grid", name, "a RunConfig or DataConfig field (e.g. algo, seed, p, s, eta, beta, "
                           "num_clients, data_seed)")
     if key in ("data", "device", "checkpoint_every", "root", "download", "threads"):

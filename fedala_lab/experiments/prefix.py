@@ -5,26 +5,26 @@ the two runs are identical through round t, records included. Every random draw 
 client, purpose) (docs/design.md#determinism), so that is a matter of configs:
 
 1. the same result through round t: :func:`prefix_key` (A, t) == :func:`prefix_key` (B, t). The prefix key is
-   the canonical config (the key's fields) without ``rounds`` and, while ALA has not run yet
-   (t ≤ :func:`base_through`), with an ALA algorithm replaced by the algorithm it runs on and the ALA
-   fields dropped. ALA skips round 1 (every local model equals G) and the rounds ≤ ``ala_after``, so
-   FedALA(ala_after=K) is FedAvg through round max(1, K), FedProx+ALA(ala_after=K) is FedProx through it,
-   and two FedALA runs with ``ala_after`` K1 and K2 (any s, p, η…) agree through min(max(1, K1), max(1, K2)).
-   With ``ala_all_clients=False`` and ρ < 1 the clients not selected keep their model instead of receiving G,
-   so such a run is its own from round 1 (no mapping). FedLAMA+ALA is not mapped (FedLAMA's state runs
-   from round 1). Without the mapping, two configs with the same prefix key differ only in ``rounds``: the
-   longer one extends the shorter.
+   the canonical config (the key's fields) without ``rounds`` and, while a modifier has not acted yet
+   (t ≤ :func:`base_through`: the modifier's spec says through which round its runs equal its base's), with
+   the algorithm replaced by the one it modifies and the modifier's hyper-parameters dropped. ALA skips round
+   1 (every local model equals what the method sends) and the rounds ≤ ``ala_after``, so FedALA(ala_after=K)
+   is FedAvg through round max(1, K), X+ALA(ala_after=K) is X through it, and two FedALA runs with
+   ``ala_after`` K1 and K2 (any s, p, η…) agree through min(max(1, K1), max(1, K2)). With
+   ``ala_all_clients=False`` and ρ < 1 the clients not selected keep their model instead of receiving G, so
+   such a run is its own from round 1 (no mapping). Without the mapping, two configs with the same prefix key
+   differ only in ``rounds``: the longer one extends the shorter.
 2. the same evaluation through round t: ``eval_every`` is in the key, so the rounds before t agree, and
    round t itself must be evaluated by both or by neither (the last round is always evaluated): t on the
    grid 1, 1 + k, …, or ``eval_every`` = 1, unless t is the last round of both.
 3. B's records through round t are in A's: the train-split losses if B records them, B's snapshot clients
-   from B's ``snapshot_from`` on (A's from no later), B's tracked clients' ALA passes when ALA ran in A
-   before t. What A recorded beyond that is dropped. Otherwise the branch is refused and B starts from
-   scratch (or from another stored run).
+   from B's ``snapshot_from`` on (A's from no later), B's tracked clients' per-client records (ALA's passes
+   and weights) when A's algorithm keeps such records and had acted before t. What A recorded beyond that
+   is dropped. Otherwise the branch is refused and B starts from scratch (or from another stored run).
 
-The algorithm's state is A's when A and B are the same config but for ``rounds`` (an extension), else
-B's initial one: valid because by rule 1 ALA has not run in B yet, and the base algorithms (FedAvg,
-FedProx) carry no state.
+The algorithm's state is A's when A and B are the same config but for ``rounds`` (an extension); when A ran
+the method B's modifier wraps, B starts with a fresh state of its own around A's (the wrapped method's state
+carries on, e.g. FedLAMA's intervals under FedLAMA+ALA); else B's initial one.
 
 :func:`find_prefix` picks, among the stored runs and their kept rounds, the latest valid one.
 """
@@ -40,24 +40,30 @@ from pathlib import Path
 from ..config import RunConfig
 from ..errors import DataError
 
-# ALA algorithms and the algorithm each one runs on while ALA is off
-ALA_BASE = {"fedala": "fedavg", "fedavg+ala": "fedavg", "fedprox+ala": "fedprox"}
+
+def _outer(cfg: RunConfig):
+    """The outermost modifier of ``cfg``'s algorithm that says through which round its runs equal the
+    unmodified method's, or None."""
+    mods = cfg.algorithm.modifiers
+    return mods[-1] if mods and mods[-1].base_through is not None else None
+
+
+def base_of(cfg: RunConfig) -> RunConfig:
+    """``cfg`` with its outermost modifier taken off (FedALA → FedAvg, FedLAMA+ALA → FedLAMA)."""
+    return cfg.replace(algo=cfg.algorithm.without(_outer(cfg).name))
 
 
 def base_through(cfg: RunConfig) -> int:
-    """The last round through which ``cfg``'s run equals the run of its base algorithm (0: none, or not an
-    ALA algorithm): ALA skips round 1 and the rounds ≤ ``ala_after``."""
-    if cfg.algo not in ALA_BASE:
-        return 0
-    if not cfg.ala_all_clients and cfg.join_ratio < 1:
-        return 0  # unselected clients keep their own models where the base algorithm gives them G
-    return max(1, cfg.ala_after)
+    """The last round through which ``cfg``'s run equals the run of the method its outermost modifier wraps
+    (0: none, or no such modifier): ALA skips round 1 and the rounds ≤ ``ala_after``."""
+    mod = _outer(cfg)
+    return mod.base_through(cfg) if mod is not None else 0
 
 
 def prefix_key(cfg: RunConfig, t: int) -> str:
-    """What decides ``cfg``'s run through round ``t``: the canonical config without ``rounds``, an ALA
-    algorithm replaced by its base while ALA is still off (t ≤ :func:`base_through`)."""
-    c = cfg.replace(algo=ALA_BASE[cfg.algo]) if t <= base_through(cfg) else cfg
+    """What decides ``cfg``'s run through round ``t``: the canonical config without ``rounds``, the algorithm
+    replaced by the method it modifies while the modifier has not acted (t ≤ :func:`base_through`)."""
+    c = base_of(cfg) if t <= base_through(cfg) else cfg
     d = c.canonical()
     d.pop("rounds")
     return json.dumps(d, sort_keys=True, separators=(",", ":"))
@@ -88,7 +94,7 @@ def refusal(stored: RunConfig, t: int, cfg: RunConfig) -> str:
         if not want <= have or stored.snapshot_from > cfg.snapshot_from:
             return (f"it did not snapshot clients {sorted(want)} from round {cfg.snapshot_from} on "
                     f"(it snapshots {sorted(have)} from round {stored.snapshot_from})")
-    if t > base_through(stored) and stored.uses_ala:  # ALA ran: its passes and weights were recorded
+    if t > base_through(stored) and stored.algorithm.tracks_clients:  # per-client records were kept
         want = set(cfg.clients_to("track_clients", n))
         if not want <= set(stored.clients_to("track_clients", n)):
             return f"it did not track clients {sorted(want)} (track_clients)"
@@ -100,6 +106,16 @@ def extends(stored: RunConfig, cfg: RunConfig) -> bool:
     a, b = stored.canonical(), cfg.canonical()
     a.pop("rounds"), b.pop("rounds")
     return a == b
+
+
+def state_carry(stored: RunConfig, cfg: RunConfig) -> str:
+    """How the algorithm's state of ``stored``'s run carries into ``cfg``'s (Simulation.start_from): "same"
+    (an extension), "inner" (``stored`` ran the method ``cfg``'s outermost modifier wraps) or "fresh"."""
+    if extends(stored, cfg):
+        return "same"
+    if _outer(cfg) is not None and stored.algo == cfg.algorithm.without(_outer(cfg).name):
+        return "inner"
+    return "fresh"
 
 
 @dataclass

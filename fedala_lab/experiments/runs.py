@@ -26,16 +26,20 @@ from ..errors import ConfigError, DataError, TrainingDiverged
 from ..record.run import Run
 from ..record.store import RunStore, open_store
 from .plans import comparison_configs, fig4_configs
-from .prefix import extends, find_prefix
+from .prefix import extends, find_prefix, state_carry
 
 
-def get_or_run(cfg: RunConfig, store: RunStore | RunCache | str | Path | None = None, *, data=None,
+def get_or_run(cfg: RunConfig, store: RunStore | RunCache | str | Path | None = None, *, data=None, model=None,
                progress: bool = True, callback: Callable | None = None, resume: bool = True,
-               force: bool = False, needs: Callable[[Run], bool] | None = None, branch: bool = True) -> Run:
+               force: bool = False, needs: Callable[[Run], bool] | None = None, branch: bool = True,
+               workers=None) -> Run:
     """The finished run of ``cfg`` from ``store``, or simulate it (resuming a checkpoint, or branching from a
     stored run) and save it there.
 
     ``store``: a RunStore, a :class:`RunCache`, a folder, or None (``$FEDALA_LAB_RUNS`` or ``./runs``).
+    ``data``, ``model``: the clients' data and an ``nn.Module`` of your own (see ``simulate``); the run is then
+    stored under a key that names them by content (``custom:``), never under the built-in data's or model's.
+    ``workers``: training processes on a CPU (None: one per core).
     ``force`` recomputes and replaces a stored run, from round 1. ``needs(run)`` says whether a stored run
     holds what the caller needs: what is recorded (tracked clients, snapshots, train-split losses) is not
     part of a config's key, so the store may hold the same run recorded without it; such a run is
@@ -52,10 +56,11 @@ def get_or_run(cfg: RunConfig, store: RunStore | RunCache | str | Path | None = 
     anything is written: a bad value leaves the store untouched.
     """
     if isinstance(store, RunCache):
-        return store.get_or_run(cfg, data=data, progress=progress, callback=callback, resume=resume,
-                                force=force, needs=needs, branch=branch)
-    from ..engine.simulate import Simulation  # here: the engine loads torch
+        return store.get_or_run(cfg, data=data, model=model, progress=progress, callback=callback, resume=resume,
+                                force=force, needs=needs, branch=branch, workers=workers)
+    from ..engine.simulate import Simulation, bind  # here: the engine loads torch
 
+    cfg = bind(cfg, data, model)  # custom data or model: keyed by their content
     store = open_store(store)
 
     def usable(hit):
@@ -65,7 +70,7 @@ def get_or_run(cfg: RunConfig, store: RunStore | RunCache | str | Path | None = 
         hit, _ = store.outcome(cfg)
         if usable(hit):
             return hit
-    sim = Simulation(cfg, data)  # every check of the config against its data, before any write
+    sim = Simulation(cfg, data, model=model, workers=workers)  # every check of the config, before any write
     with store.lock(cfg):
         st = None
         if not force:
@@ -81,7 +86,7 @@ def get_or_run(cfg: RunConfig, store: RunStore | RunCache | str | Path | None = 
             if found is not None:
                 prefix, prefix_run, state = found
                 try:
-                    sim.start_from(state, prefix_run, algo_state=extends(prefix.config, cfg))
+                    sim.start_from(state, prefix_run, algo_state=state_carry(prefix.config, cfg))
                 except ValueError as err:  # a state that does not fit: start without it (nothing was changed)
                     warnings.warn(f"cannot branch from {prefix.name}: {err}", stacklevel=2)
                 del state, prefix_run
@@ -154,8 +159,11 @@ class RunCache:
         self.used, self.computed = [], 0
 
     def get_or_run(self, cfg: RunConfig, *, force: bool = False, needs: Callable[[Run], bool] | None = None,
-                   callback: Callable | None = None, **kwargs) -> Run:
+                   callback: Callable | None = None, data=None, model=None, **kwargs) -> Run:
         """:func:`get_or_run` through the memo; ``kwargs`` as there."""
+        from ..engine.simulate import bind
+
+        cfg = bind(cfg, data, model)
         key = cfg.key()
         hit = None if force else self._runs.get(key)
         if hit is None and not force:
@@ -171,7 +179,8 @@ class RunCache:
                     self.on_round(1)
                     return None if inner is None else inner(sim, row)
 
-            hit = get_or_run(cfg, self.store, force=force, needs=needs, callback=callback, **kwargs)
+            hit = get_or_run(cfg, self.store, force=force, needs=needs, callback=callback, data=data, model=model,
+                             **kwargs)
             self.computed += 1
         self._runs[key] = hit
         self.used.append(hit)
@@ -248,8 +257,9 @@ def comparison_runs(base: RunConfig, *, tau0: int | None = None, phi: int | None
     run again. ``data``: the clients' data (default: loaded once for all of them). ``callback``: each
     simulation's per-round callback (see :func:`get_or_run`).
     """
+    from ..compute.device import resolve_device
     from ..data.federated import FederatedData
-    from ..engine.simulate import resolve_device, simulate
+    from ..engine.simulate import simulate
 
     cfgs = comparison_configs(base, tau0=tau0, phi=phi, with_ala=with_ala)
     have = dict(have or {})

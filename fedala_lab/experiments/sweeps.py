@@ -96,7 +96,7 @@ def machine_cpus() -> int:
 
 def _auto_workers(cfg: RunConfig, n_runs: int) -> int:
     """One worker per CPU core on a CPU; one process on a GPU (the vectorised backend fills it)."""
-    from ..engine.simulate import resolve_device
+    from ..compute.device import resolve_device
 
     if resolve_device(cfg.device).type != "cpu":
         return 1
@@ -224,7 +224,7 @@ def _finish(bar, cfg: RunConfig, result, failed: dict) -> None:
 
 
 def _run_sequential(todo, store, force, threads, bar, failed, runs) -> None:
-    from ..engine.simulate import cpu_threads
+    from ..compute.device import cpu_threads
 
     with cpu_threads(int(threads) if threads else None):
         for cfg in todo:

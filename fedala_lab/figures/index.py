@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from ..config import RunConfig
+from ..config import RunConfig, setting_names
 
 
 def describe_configs(cfgs: list[RunConfig], base: RunConfig, base_name: str) -> str:
@@ -18,8 +18,14 @@ def describe_configs(cfgs: list[RunConfig], base: RunConfig, base_name: str) -> 
         d = cfg.to_dict()
         data = d.pop("data")
         out = {k: v for k, v in d.items() if k not in ("device", "checkpoint_every", "keep_states")}
-        # data fields by their replace() names (the partition seed is data_seed, apart from the run seed)
-        out.update({("data_seed" if k == "seed" else k): v for k, v in data.items() if k not in ("root", "download")})
+        # every hyper-parameter by its value (a default one included), so methods differ by their algo alone
+        out.update({k: getattr(cfg, k) for k in setting_names() if k not in out and k not in data
+                    and k != "data_seed"})
+        # data fields by their replace() names (the partition seed is data_seed, apart from the run seed); a
+        # dataset by its name without a folder (a machine's path says nothing to a reader elsewhere)
+        out.update({("data_seed" if k == "seed" else k): v for k, v in data.items()
+                    if k not in ("root", "download", "content", "dataset")})
+        out["dataset"] = cfg.data.short_name
         return out
 
     b = flat(base)

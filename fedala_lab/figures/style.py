@@ -4,8 +4,8 @@
     >>> line_styles(["fedavg", "fedavg", "fedlama"])   # a method drawn twice keeps its colour
     >>> with theme(): ...                        # the settings every Display draws under
 
-Colours are keyed by the algorithm's config name (config.ALGORITHMS), never by a legend label, so a run
-labelled "FedALA (ALA on after round 40)" is as blue as one labelled "FedALA".
+Colours are keyed by the algorithm's config name, as its spec declares them (algorithms/registry.py), never
+by a legend label, so a run labelled "FedALA (ALA on after round 40)" is as blue as one labelled "FedALA".
 """
 
 from __future__ import annotations
@@ -15,17 +15,9 @@ import functools
 import threading
 from collections.abc import Sequence
 
-from ..config import ALGORITHMS
+from ..algorithms import registry
 
-# FedAvg black and FedALA blue, as in the paper's Fig. 4; ALA on another base takes its own colour.
-PALETTE = {
-    "fedavg": "black", "fedala": "tab:blue", "fedavg+ala": "tab:blue", "fedprox": "tab:orange",
-    "fedprox+ala": "tab:red", "fedavg-c": "tab:green", "fedprox-c": "tab:olive", "local": "tab:gray",
-    "fedlama": "tab:purple", "fedlama+ala": "tab:pink",
-}
-# A line style per method too, so runs that coincide (FedProx with a tiny μ and FedAvg) stay visible.
-LINE_STYLES = {"fedprox": "--", "fedavg-c": "-.", "fedprox-c": ":", "fedprox+ala": "--", "local": ":"}
-STYLES = ("-", "--", "-.", ":")
+STYLES = registry.STYLES
 
 # The theme: sizes that read on a projector and in a notebook, light grids, no top/right frame.
 THEME = {
@@ -34,18 +26,20 @@ THEME = {
     "grid.alpha": 0.3, "grid.linewidth": 0.6, "figure.facecolor": "white", "axes.facecolor": "white",
     "image.cmap": "viridis",
 }
-_BY_LABEL = {label: algo for algo, label in reversed(ALGORITHMS.items())}  # "FedALA" -> "fedala"
 _THEME_LOCK = threading.RLock()  # rcParams are global: one themed drawing at a time (the app is multi-user)
 
 
 def method_of(algo: str, label: str = "") -> str:
     """``algo``, or where data drawn carries none, the algorithm a legend label spells (``FedAvg``)."""
-    return algo or _BY_LABEL.get(label, "")
+    if algo:
+        return algo
+    return next((name for name in registry.names() if registry.label(name) == label), "")
 
 
 def colour_for(algo: str, i: int = 0) -> str:
-    """The colour of a method (by config name); an unknown name gets the i-th colour of the default cycle."""
-    return PALETTE.get(algo, f"C{i % 10}")
+    """The colour of a method (by config name, its spec's); an unknown name gets the i-th colour of the
+    default cycle."""
+    return registry.look(algo, i).colour
 
 
 def line_styles(algos: Sequence[str]) -> list[tuple[str, str]]:
@@ -60,9 +54,10 @@ def line_styles(algos: Sequence[str]) -> list[tuple[str, str]]:
         return [(f"C{i % 10}", "-") for i in range(len(algos))]
     out, seen = [], {}
     for i, algo in enumerate(algos):
-        colour = colour_for(algo, i)
+        look = registry.look(algo, i)
+        colour = look.colour
         k = seen[colour] = seen.get(colour, -1) + 1
-        base = STYLES.index(LINE_STYLES.get(algo, "-"))
+        base = STYLES.index(look.line_style) if look.line_style in STYLES else 0
         out.append((colour, STYLES[(base + k) % len(STYLES)]))
     return out
 

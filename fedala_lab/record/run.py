@@ -1,32 +1,10 @@
 """Run: everything a simulation recorded, as tidy tables and plain arrays.
 
-Tables (pandas, saved as CSV):
-
-- ``clients``: one row per (round, client) that was evaluated: ``test_acc``, ``test_loss``, ``test_correct``,
-  ``test_num`` (the client's current model *before* local training, as the paper evaluates), ``train_loss``
-  (mean loss of its local training batches), ``init_loss`` / ``trained_loss`` (loss over its whole train split
-  of the initialised and of the trained local model, Fig. 5), ``selected``, ``seconds`` (loop and workers backends),
-  ``straggler`` (drawn as a straggler this round) and ``local_steps`` (the SGD steps it did: its full work,
-  a straggler's part, 0 when dropped or not selected; docs/design.md#fedprox).
-- ``rounds``: one row per round: pooled ``acc`` (Σ correct / Σ test samples), ``acc_std`` (unweighted std of
-  per-client accuracies), ``test_loss``, ``init_loss``, ``trained_loss`` (sample-weighted), ``best_acc`` so far,
-  ``num_selected``, ``stragglers`` and ``dropped`` (clients), ``bytes_up``, ``bytes_down``, seconds per phase.
-- ``ala``: one row per ALA weight-learning pass of a tracked client (Fig. 3): ``round``, ``client``, ``epoch``,
-  ``loss`` (last batch, the reference's convergence signal), ``loss_mean`` (mean over the pass),
-  ``start_phase``, ``capped`` (the start phase hit ``max_start_epochs`` without converging).
-
-- ``tables``: extra tidy tables an algorithm recorded (name -> DataFrame), saved as ``table_<name>.csv``;
-  FedLAMA's per-layer discrepancies, intervals and synchronisations live here (``lama_layers``,
-  ``lama_adjust``, see algorithms/fedlama.py). Empty for the other algorithms.
-
-Arrays (npz, loaded with ``allow_pickle=False``):
-
-- ``ala_w/<client>/<param>``: (recorded rounds, *param shape) ALA weights W after learning (Fig. 2), with
-  ``ala_w_rounds/<client>``.
-- ``snap_start/<client>``, ``snap_end/<client>``: (rounds, n_params) flattened local models after
-  initialisation and after training (Fig. 4), with ``snap_rounds/<client>``.
-
-Accuracies are fractions in [0, 1]; displays and the CLI show percent.
+    run = get_or_run(preset("teach", algo="fedala"))
+    run.summary()                  # best/final pooled accuracy (%), rounds, seconds, bytes up/down
+    run.rounds, run.clients        # the tables below (pandas)
+    run.ala, run.ala_weights(3)    # ALA's weight-learning passes and weights (Fig. 2, 3)
+    run.tables["lama_layers"]      # any algorithm's own tables
 """
 
 from __future__ import annotations
@@ -41,24 +19,64 @@ import pandas as pd
 
 from ..config import RunConfig
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: every algorithm table as table_<name>.csv (ALA's passes were ala.csv)
+_ALA_COLUMNS = ["round", "client", "epoch", "loss", "loss_mean", "start_phase", "capped"]
 # pandas < 3 needs asking for exact float parsing; pandas 3 does it by default (and deprecates the flag)
 _ROUND_TRIP = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
 
 
 @dataclass(eq=False)
 class Run:
+    """What one simulated run recorded (accuracies are fractions in [0, 1]; displays and the CLI show %).
+
+    ``config``: the RunConfig that made it (``custom:`` data or model when they were given, by content hash).
+
+    ``rounds`` — one row per round: ``round``; ``acc`` (pooled test accuracy Σ correct / Σ test samples of
+    every client's model *before* local training, as the paper evaluates; NaN in rounds not evaluated,
+    ``eval_every``); ``acc_std`` (unweighted std of the clients' accuracies); ``test_loss``; ``train_loss``
+    (mean loss of the local SGD steps, weighted by train samples); ``init_loss`` / ``trained_loss`` (loss over
+    the whole train split of the initialised and of the trained local models, Fig. 5; NaN unless
+    ``record_train_loss``); ``best_acc`` so far; ``num_selected``; ``stragglers`` and ``dropped`` (clients);
+    ``bytes_up`` / ``bytes_down`` (what was sent each way, parameters × clients); ``seconds`` and the phases'
+    ``init_seconds`` (local initialisation: ALA's time), ``eval_seconds``, ``train_seconds``,
+    ``aggregate_seconds``.
+
+    ``clients`` — one row per (evaluated round, client): ``round``, ``client``, ``selected``, ``test_acc``,
+    ``test_loss``, ``test_correct``, ``test_num`` (its model before local training, or the model its
+    algorithm evaluates: a personal model, a fine-tuned copy), ``train_loss`` (mean loss of its local steps),
+    ``init_loss`` / ``trained_loss`` (as above, per client), ``seconds`` (its local training, loop and worker
+    backends), ``straggler`` (drawn as one this round), ``local_steps`` (SGD steps it did: its full work, a
+    straggler's part, 0 when dropped or not selected).
+
+    ``tables`` — each algorithm's own tidy tables by name (saved as ``table_<name>.csv``): ``ala`` (ALA's
+    weight-learning passes of the tracked clients, Fig. 3: ``round``, ``client``, ``epoch``, ``loss`` — the
+    pass's last batch, the reference's convergence signal —, ``loss_mean``, ``start_phase``, ``capped``),
+    FedLAMA's ``lama_layers`` and ``lama_adjust`` (algorithms/fedlama.py), and those of your own algorithms.
+
+    ``arrays`` — per-client series stacked over rounds: ``ala_w/<client>/<param>`` (ALA's weights W after
+    learning, Fig. 2) with ``ala_w_rounds/<client>``; ``snap_start/<client>``, ``snap_end/<client>``
+    (flattened local models after initialisation and after training, Fig. 4) with ``snap_rounds/<client>``.
+
+    ``meta``: environment (versions, device, backend, threads), parameter names and shapes, the algorithm's
+    entries (ALA: ``ala_params``, ``capped_clients``), clients without a local batch, seconds, sizes.
+    ``status``: complete, diverged or partial (``message`` says why it diverged).
+    """
+
     config: RunConfig
     clients: pd.DataFrame
     rounds: pd.DataFrame
-    ala: pd.DataFrame
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     meta: dict = field(default_factory=dict)  # env, param names/shapes, capped clients, timings
     status: str = "complete"  # complete | diverged | partial
     message: str = ""
     path: Path | None = None
-    # extra tidy tables recorded by an algorithm (Recorder.table_rows): name -> DataFrame
+    # the algorithms' tidy tables (Round.record): name -> DataFrame
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+    @property
+    def ala(self) -> pd.DataFrame:
+        """ALA's weight-learning passes of the tracked clients (``tables["ala"]``; empty for a run without ALA)."""
+        return self.tables.get("ala", pd.DataFrame(columns=_ALA_COLUMNS))
 
     # -- headline numbers -------------------------------------------------------------------------
 
@@ -153,13 +171,12 @@ class Run:
         (d / "config.json").write_text(json.dumps(self.config.to_dict(), indent=2, sort_keys=True))
         self.clients.to_csv(d / "clients.csv", index=False)
         self.rounds.to_csv(d / "rounds.csv", index=False)
-        self.ala.to_csv(d / "ala.csv", index=False)
         np.savez(d / "arrays.npz", **self.arrays)
         (d / "meta.json").write_text(json.dumps(self.meta, indent=2, sort_keys=True, default=str))
         tables = sorted(self.tables)
         for name in tables:
             self.tables[name].to_csv(d / f"table_{name}.csv", index=False)
-        names = ["config.json", "clients.csv", "rounds.csv", "ala.csv", "arrays.npz", "meta.json",
+        names = ["config.json", "clients.csv", "rounds.csv", "arrays.npz", "meta.json",
                  *(f"table_{name}.csv" for name in tables)]
         manifest = {
             "format": FORMAT_VERSION, "key": self.config.key(), "status": self.status,
@@ -195,8 +212,11 @@ class Run:
             with np.load(d / "arrays.npz", allow_pickle=False) as z:
                 arrays = {k: z[k] for k in z.files}
             tables = {name: csv(f"table_{name}.csv") for name in manifest.get("tables", [])}
-            run = cls(config=cfg, clients=csv("clients.csv"), rounds=csv("rounds.csv"), ala=csv("ala.csv"),
-                      arrays=arrays, meta=json.loads((d / "meta.json").read_text()),
+            if (d / "ala.csv").is_file() and "ala" not in tables:  # format 1 kept ALA's passes apart
+                ala = csv("ala.csv")
+                if len(ala):
+                    tables["ala"] = ala
+            run = cls(config=cfg, clients=csv("clients.csv"), rounds=csv("rounds.csv"), arrays=arrays, meta=json.loads((d / "meta.json").read_text()),
                       status=manifest.get("status", "complete"), message=manifest.get("message", ""), path=d,
                       tables=tables)
         except DataError:

@@ -76,7 +76,7 @@ def run_figures(preset_name: str = "quick", *, only: Iterable[str] | None = None
     index = _read_index(out)
     index.update(preset=plan.name, notes=plan.notes, plan=describe_plan(plan))
     entries = {}
-    from ..engine.simulate import cpu_threads  # here: the engine loads torch
+    from ..compute.device import cpu_threads  # here: torch is loaded
 
     try:
         with cpu_threads(1 if plan.name == "quick" else None):
@@ -184,7 +184,7 @@ def _read_index(out: Path) -> dict:
 def _environment() -> dict:
     import torch
 
-    from ..engine.simulate import environment
+    from ..compute.device import environment
 
     cuda = torch.cuda.is_available()
     env = environment(torch.device("cuda:0" if cuda else "cpu"))

@@ -232,7 +232,7 @@ def _fig4_grown(ctx: Context):
 
 
 def _fig4_draw(ctx: Context, fa, fl, *, K: int, window: tuple[int, int]):
-    from ..engine.simulate import resolve_device
+    from ..compute.device import resolve_device
     from ..figures.trajectory import TrajectoryDisplay
 
     f = ctx.plan.fig4

@@ -12,8 +12,9 @@ from datetime import datetime
 import gradio as gr
 import pandas as pd
 
+from ...algorithms import registry
 from ...analysis.tables import run_settings, setting_label
-from ...config import ALGORITHMS, algo_label
+from ...config import algo_label
 from ...errors import DataError
 from ...experiments.runs import load_stored, stored_runs
 from ..jobs import friendly, run_label
@@ -21,7 +22,7 @@ from ..settings import DATASET_CHOICES, PARTITION_CHOICES
 from ..widgets import LIGHT, PRIVATE, plot, table
 
 ANY = ("any", "")
-ALGORITHM_FILTER = [ANY] + [(label, algo) for algo, label in ALGORITHMS.items()]
+ALGORITHM_FILTER = [ANY] + [(registry.label(algo), algo) for algo in registry.names()]
 DATASET_FILTER = [ANY] + DATASET_CHOICES
 PARTITION_FILTER = [ANY] + PARTITION_CHOICES
 STATUS_FILTER = [ANY, ("complete", "complete"), ("diverged", "diverged"), ("stopped", "stopped")]

@@ -1,0 +1,82 @@
+"""Where a run computes: the device, torch's CPU threads, and the facts that say where a number came from."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+from pathlib import Path
+
+import torch
+
+from ..errors import ConfigError
+
+
+def resolve_device(name: str) -> torch.device:
+    """"auto" → cuda, then mps, then cpu; anything else must be available."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device", name, "a device this machine has (no CUDA GPU found); use auto or cpu")
+    if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ConfigError("device", name, "a device this machine has (no Apple MPS found); use auto or cpu")
+    return dev
+
+
+class cpu_threads:
+    """Temporarily set torch's CPU threads (None: leave them as they are)."""
+
+    def __init__(self, n: int | None):
+        self.n, self.old = n, None
+
+    def __enter__(self):
+        if self.n is not None:
+            self.old = torch.get_num_threads()
+            torch.set_num_threads(self.n)
+        return self
+
+    def __exit__(self, *exc):
+        if self.old is not None:
+            torch.set_num_threads(self.old)
+        return False
+
+
+_ENV_CACHE: dict = {}
+
+
+def environment(device: torch.device) -> dict:
+    """Versions, device, git commit: enough to say where a number came from."""
+    if "base" not in _ENV_CACHE:
+        import sys
+
+        import numpy
+        import pandas
+
+        from .._version import __version__
+
+        commit = None
+        try:
+            here = Path(__file__).resolve().parent
+            commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
+                                    timeout=5, check=False).stdout.strip() or None
+        except (OSError, subprocess.SubprocessError):
+            pass
+        _ENV_CACHE["base"] = {
+            "fedala_lab": __version__, "python": sys.version.split()[0], "torch": torch.__version__,
+            "numpy": numpy.__version__, "pandas": pandas.__version__, "platform": platform.platform(),
+            "git_commit": commit, "torch_threads": torch.get_num_threads(),
+        }
+    env = dict(_ENV_CACHE["base"])
+    env["device"] = str(device)
+    if device.type == "cuda":
+        env["device_name"] = torch.cuda.get_device_name(device)
+    else:
+        env["device_name"] = platform.processor() or platform.machine()
+    return env
+
+
+__all__ = ["cpu_threads", "environment", "resolve_device"]

@@ -1,0 +1,68 @@
+"""Which rows each client uses at each step: local SGD batches and evaluation chunks (as BatchPlans).
+
+Pure functions of the clients' split sizes and the batch settings, shared by the round loop and every
+algorithm's own training (a personal model's epochs, a fine-tuned copy, ALA's windows).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from . import rng
+from .backends import BatchPlan
+
+EVAL_CHUNK = 256  # rows per client per evaluation step (memory, not results, depends on it)
+
+
+def batches_per_epoch(n, batch_size: int, drop_last: bool):
+    """Local SGD batches in one pass over ``n`` train samples (an int or an array of them)."""
+    return n // batch_size if drop_last else -(-n // batch_size)
+
+
+def train_batches(n: int, offset: int, *, batch_size: int, drop_last: bool, shuffle: bool, seed: int, t: int,
+                  client: int, epochs: int | None = None, steps: int | None = None,
+                  stream: int = rng.TRAIN_ORDER) -> list[np.ndarray]:
+    """One client's local SGD batches (row indices): ``epochs`` passes over its ``n`` train rows starting at
+    ``offset``, or exactly ``steps`` batches (passes repeat as needed).
+
+    Reference order unless ``shuffle``: the split in its stored order every pass, last partial batch dropped
+    with ``drop_last``. With ``shuffle`` each pass is a permutation from the stream (seed, t, client, stream,
+    pass)."""
+    per_epoch = batches_per_epoch(n, batch_size, drop_last)
+    seq: list[np.ndarray] = []
+    if per_epoch == 0:
+        return seq
+    epoch = 0
+    while (steps is None and epoch < epochs) or (steps is not None and len(seq) < steps):
+        order = rng.generator(seed, t, client, stream, epoch).permutation(n) if shuffle else np.arange(n)
+        for j in range(per_epoch):
+            seq.append(offset + order[j * batch_size:(j + 1) * batch_size])
+            if steps is not None and len(seq) == steps:
+                break
+        epoch += 1
+    return seq
+
+
+def eval_batches(sizes: np.ndarray, offsets: np.ndarray, *, drop_to: int | None = None) -> list[list[np.ndarray]]:
+    """Every client's rows in chunks of :data:`EVAL_CHUNK`; ``drop_to`` keeps only whole batches of that size
+    (the reference's DataLoader(drop_last=True) on the test split)."""
+    out = []
+    for c in range(len(sizes)):
+        n = int(sizes[c])
+        if drop_to:
+            n = n // drop_to * drop_to
+        out.append([offsets[c] + np.arange(j, min(j + EVAL_CHUNK, n)) for j in range(0, n, EVAL_CHUNK)])
+    return out
+
+
+def evaluate(backend, step, model: torch.nn.Module, params: dict, buffers: dict, x: torch.Tensor, y: torch.Tensor,
+             plan: BatchPlan) -> dict[str, np.ndarray]:
+    """Sum of losses, number correct and number of rows per client of ``plan`` (one client per row of
+    ``params``/``buffers``), forward only."""
+    _, aux = backend.run(step, {"params": params, "buffers": buffers}, {}, plan, x, y, train=False, model=model,
+                         aux_size=2)
+    return {"loss_sum": np.nansum(aux[..., 0], 1), "correct": np.nansum(aux[..., 1], 1), "num": plan.sizes.sum(1)}
+
+
+__all__ = ["EVAL_CHUNK", "batches_per_epoch", "eval_batches", "evaluate", "train_batches"]
