@@ -1,8 +1,10 @@
 """fedala_lab: personalised federated learning for teaching and research.
 
-FedAvg, FedProx, FedALA (adaptive local aggregation, AAAI 2023), ALA on any method, FedLAMA, and the
-fine-tune baselines, simulated with all clients' data in memory and clients vectorised; every run
-records the trajectories the papers' figures need.
+FedAvg, FedProx, FedALA (adaptive local aggregation, AAAI 2023), ALA on any method, FedLAMA, the pFL
+baselines and the fine-tune baselines, simulated with all clients' data in memory and clients vectorised;
+every run records the trajectories the papers' figures need. Your own algorithm is an ``Algorithm`` subclass
+registered with ``register_algorithm`` (docs/extending.md); your own model and data go to ``simulate(cfg,
+model=…, data=FederatedData.from_arrays(…))``.
 
     >>> from fedala_lab import RunConfig, simulate
     >>> run = simulate(RunConfig(algo="fedala", rounds=20))
@@ -10,13 +12,14 @@ records the trajectories the papers' figures need.
 """
 
 from ._version import __version__
-from .algorithms import Algorithm, Wrapper, register_algorithm
+from .algorithms import Aggregated, Algorithm, Round, Sent, Setup, Trained, Work, Wrapper, register_algorithm
 from .config import DataConfig, RunConfig
 from .data.federated import FederatedData
 from .errors import ConfigError, DataError, FedalaError, TrainingDiverged
 from .params import Bool, Choice, Float, Int, Param
 
 __all__ = [
+    "Aggregated",
     "Algorithm",
     "Bool",
     "Choice",
@@ -28,8 +31,13 @@ __all__ = [
     "Float",
     "Int",
     "Param",
+    "Round",
     "RunConfig",
+    "Sent",
+    "Setup",
+    "Trained",
     "TrainingDiverged",
+    "Work",
     "Wrapper",
     "__version__",
     "get_or_run",

@@ -74,7 +74,7 @@ from ..compute.steps import weighted_ce
 from ..models import BlockNet, ala_param_names, layer_blocks
 from ..params import Bool, Float, Int, Param
 from .base import Algorithm, Round, Sent, Setup, Wrapper
-from .registry import Look, Modifier, register_modifier
+from .registry import Look, Modifier
 
 _STATEFUL = (nn.modules.batchnorm._BatchNorm, nn.Dropout)
 
@@ -594,6 +594,5 @@ def base_through(cfg) -> int:
     return max(1, cfg.ala_after)
 
 
-register_modifier(Modifier("ala", "+ala", "+ALA", WithALA, PARAMS,
-                           look=lambda base: Look(base.label, base.colour, "--"),
-                           base_through=base_through, tracks_clients=True))
+MODIFIER = Modifier("ala", "+ala", "+ALA", WithALA, PARAMS, look=lambda base: Look(base.label, base.colour, "--"),
+                    base_through=base_through, tracks_clients=True)

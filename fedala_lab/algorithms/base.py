@@ -489,31 +489,27 @@ class Wrapper(Algorithm):
 # ------------------------------------------------------------------------------------------ states
 
 
-def state_to_dict(state) -> dict | None:
-    """A state dataclass as nested plain dicts of tensors and primitives (None stays None)."""
-    if state is None:
-        return None
-    return {f.name: _to_plain(getattr(state, f.name)) for f in dataclasses.fields(state)}
+def state_to_dict(state):
+    """A state (a dataclass or a dict of tensors, lists, numbers, nested) as plain dicts of tensors and
+    primitives, which ``torch.load(weights_only=True)`` reads back (None stays None)."""
+    return _to_plain(state)
 
 
-def state_from_dict(template, d: dict | None):
+def state_from_dict(template, d):
     """Fill a fresh state (``init_state``'s) with the values of :func:`state_to_dict`, on its devices.
 
     Raises ValueError when ``d`` does not have the template's fields (another algorithm's state).
     """
-    if template is None and d is None:
-        return None
-    if template is None or d is None:
+    if (template is None) != (d is None):
         raise ValueError("checkpoint holds another algorithm's state")
-    names = [f.name for f in dataclasses.fields(template)]
-    if sorted(names) != sorted(d):
-        raise ValueError(f"checkpoint state has fields {sorted(d)}, expected {sorted(names)}")
-    return dataclasses.replace(template, **{n: _from_plain(getattr(template, n), d[n]) for n in names})
+    return _from_plain(template, d)
 
 
 def _to_plain(v):
     if dataclasses.is_dataclass(v):
-        return state_to_dict(v)
+        return {f.name: _to_plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
+    if isinstance(v, list):
+        return [_to_plain(x) for x in v]
     if isinstance(v, dict):
         return {k: _to_plain(x) for k, x in v.items()}
     if isinstance(v, torch.Tensor):
@@ -523,13 +519,19 @@ def _to_plain(v):
 
 def _from_plain(template, v):
     if dataclasses.is_dataclass(template):
-        return state_from_dict(template, v)
+        names = [f.name for f in dataclasses.fields(template)]
+        if not isinstance(v, dict) or sorted(names) != sorted(v):
+            raise ValueError(f"checkpoint state has fields {sorted(v) if isinstance(v, dict) else v!r}, "
+                             f"expected {sorted(names)}")
+        return dataclasses.replace(template, **{n: _from_plain(getattr(template, n), v[n]) for n in names})
     if template is None:
         if v is not None:
             raise ValueError("checkpoint state holds a value where this algorithm keeps none")
         return None
+    if isinstance(template, list) and template and isinstance(template[0], torch.Tensor):
+        return [_from_plain(template[0], x) for x in v]
     if isinstance(template, dict):
-        if sorted(template) != sorted(v):
+        if not isinstance(v, dict) or sorted(template) != sorted(v):
             raise ValueError(f"checkpoint state has keys {sorted(v)}, expected {sorted(template)}")
         return {k: _from_plain(template[k], v[k]) for k in template}
     if isinstance(template, torch.Tensor):

@@ -1,14 +1,16 @@
 """The built-in algorithms, registered in this order (the order of lists in the CLI, the app and tables).
 
-Each module registers its own spec (or modifier) at its end (algorithms/registry.py); importing them here,
+Each module declares its spec (``SPEC``) or modifier (``MODIFIER``) next to its code; registering them here,
 modifiers first, is what makes them known. The FedALA paper's own name for FedAvg + ALA is an alias.
 """
 
 from __future__ import annotations
 
-from . import ala, fedavg, fedprox, finetune  # noqa: F401 - the modifiers +ala and -c  # noqa: F401
-from .registry import Look, register_alias
+from . import ala, ditto, fedavg, fedlama, fedprox, fedrep, finetune, local
+from .registry import Look, register_alias, register_modifier, register_spec
 
+for _modifier in (ala.MODIFIER, finetune.MODIFIER):
+    register_modifier(_modifier)
+for _spec in (fedavg.SPEC, fedprox.SPEC, local.SPEC, fedlama.SPEC, fedrep.SPEC, ditto.SPEC):
+    register_spec(_spec)
 register_alias("fedala", "fedavg+ala", Look("FedALA", "tab:blue"))
-
-from . import fedlama, local  # noqa: F401

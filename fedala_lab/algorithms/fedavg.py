@@ -9,14 +9,14 @@ hooks its paper changes.
 from __future__ import annotations
 
 from .base import Algorithm
-from .registry import Look, register_algorithm
+from .registry import Look, make_spec
 
 
 class FedAvg(Algorithm):
     """FedAvg: receive G, train E epochs of SGD, average weighted by train samples (the defaults)."""
 
 
-register_algorithm("fedavg", FedAvg, label="FedAvg", colour="black", category="traditional",
+SPEC = make_spec("fedavg", FedAvg, label="FedAvg", colour="black", category="traditional",
                    modifiers=("ala", "finetune"), builtin=True,
                    variants={"+ala": Look("FedAvg+ALA", "tab:blue"), "-c": Look("FedAvg-C", "tab:green", "-.")},
                    doc="McMahan et al., AISTATS 2017")

@@ -78,7 +78,7 @@ import torch
 from ..errors import ConfigError
 from ..params import Choice, Int, Param
 from .base import Aggregated, Algorithm, Round, Sent, Setup, draw_clients
-from .registry import Look, register_algorithm
+from .registry import Look, make_spec
 
 TABLE_LAYERS = "lama_layers"
 TABLE_ADJUST = "lama_adjust"
@@ -220,7 +220,7 @@ PARAMS = (
           "δ_l < 1 − λ_l; the crossing layer keeps τ0) or authors (their code also relaxes the crossing layer)"),
 )
 
-register_algorithm("fedlama", FedLAMA, label="FedLAMA", params=PARAMS, colour="tab:purple",
+SPEC = make_spec("fedlama", FedLAMA, label="FedLAMA", params=PARAMS, colour="tab:purple",
                    category="traditional", modifiers=("ala",), check=_check, builtin=True,
                    variants={"+ala": Look("FedLAMA+ALA", "tab:pink")},
                    doc="Lee, Zhang, He & Avestimehr, arXiv 2110.10302")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..params import Float, Param
 from .base import Algorithm
-from .registry import Look, register_algorithm
+from .registry import Look, make_spec
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def _hint(cfg) -> str:
 MU = Param("mu", 0.001, Float(0), "FedProx: proximal coefficient μ (the FedALA paper's grid choice 0.001; 0 is "
            "FedAvg)", short="μ")
 
-register_algorithm("fedprox", FedProx, label="FedProx", params=[MU], colour="tab:orange", line_style="--",
+SPEC = make_spec("fedprox", FedProx, label="FedProx", params=[MU], colour="tab:orange", line_style="--",
                    category="traditional", modifiers=("ala", "finetune"), keeps_stragglers=True, builtin=True,
                    divergence_hint=_hint,
                    variants={"+ala": Look("FedProx+ALA", "tab:red", "--"), "-c": Look("FedProx-C", "tab:olive", ":")},

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..compute.rng import FINETUNE
 from ..params import Int, Param
 from .base import Round, Wrapper
-from .registry import Modifier, register_modifier
+from .registry import Modifier
 
 PARAMS = (Param("finetune_epochs", 1, Int(1, 1_000), "-C methods: epochs of local fine-tuning of the received "
                 "model before evaluation"),)
@@ -27,4 +27,4 @@ class FineTuned(Wrapper):
         return {"params": out.params, "buffers": out.buffers}
 
 
-register_modifier(Modifier("finetune", "-c", "-C", FineTuned, PARAMS))
+MODIFIER = Modifier("finetune", "-c", "-C", FineTuned, PARAMS)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .base import Aggregated, Algorithm, Round, Sent
-from .registry import register_algorithm
+from .registry import make_spec
 
 
 class Local(Algorithm):
@@ -18,5 +18,5 @@ class Local(Algorithm):
         return Aggregated({}, 0)
 
 
-register_algorithm("local", Local, label="Local", colour="tab:gray", line_style=":", category="baseline",
+SPEC = make_spec("local", Local, label="Local", colour="tab:gray", line_style=":", category="baseline",
                    modifiers=(), builtin=True, doc="no federation: each client alone")

@@ -14,8 +14,8 @@ name a composition: ``fedala`` is ``fedavg+ala``, labelled FedALA.
     'FedProx+ALA'
     >>> register_algorithm("fedavgm", FedAvgM, label="FedAvgM", params=[Param("server_beta", 0.9, ...)])
 
-Built-in algorithms register themselves when the package ``fedala_lab.algorithms`` is imported (catalog.py),
-which any import of this module does first.
+Built-in algorithms (each module's ``SPEC``) are registered when the package ``fedala_lab.algorithms`` is
+imported (catalog.py), which any import of this module does first.
 """
 
 from __future__ import annotations
@@ -170,43 +170,54 @@ def _declare(params: Sequence[Param], owner: str) -> None:
         _PARAMS.setdefault(p.name, (p, owner))
 
 
-def register_algorithm(name: str, build: Callable, *, label: str | None = None, params: Sequence[Param] = (),
-                       colour: str | None = None, line_style: str = "-", category: str = "",
-                       modifiers: Sequence[str] = ("ala",), keeps_stragglers: bool = False,
-                       variants: dict[str, Look] | None = None, check: Callable | None = None,
-                       divergence_hint: Callable | None = None, tracks_clients: bool = False, doc: str = "",
-                       builtin: bool = False) -> AlgorithmSpec:
-    """Register an algorithm under ``name`` (lower case letters, digits, ``_``, ``-``); returns its spec.
-
-    ``build(setup)`` makes its pieces for one run: an :class:`~fedala_lab.algorithms.base.Algorithm` subclass
-    (overriding the hooks it changes) or a function returning one. ``params``: its hyper-parameters as
-    :class:`~fedala_lab.params.Param` declarations; a config then takes them like any setting
-    (``RunConfig(algo=name, server_beta=0.5)``, ``--set server_beta=0.5``), checks them, and puts all of them
-    in the run key. ``modifiers``: which modifiers apply (``"ala"``: ``name+ala`` exists). See
-    docs/extending.md. Registering a name again replaces your earlier registration (a notebook cell run
-    twice); a built-in name cannot be replaced."""
+def make_spec(name: str, build: Callable, *, label: str | None = None, params: Sequence[Param] = (),
+              colour: str | None = None, line_style: str = "-", category: str = "",
+              modifiers: Sequence[str] = ("ala",), keeps_stragglers: bool = False,
+              variants: dict[str, Look] | None = None, check: Callable | None = None,
+              divergence_hint: Callable | None = None, tracks_clients: bool = False, doc: str = "",
+              builtin: bool = False) -> AlgorithmSpec:
+    """An :class:`AlgorithmSpec` from :func:`register_algorithm`'s arguments, not yet registered."""
     if not isinstance(name, str) or not name or not all(c.islower() or c.isdigit() or c in "_-" for c in name):
         raise ValueError(f"algorithm name {name!r}: use lower-case letters, digits, '_' and '-'")
     if not callable(build):
         raise TypeError(f"build must be an Algorithm subclass or a function(setup) -> Algorithm, not {build!r}")
+    return AlgorithmSpec(name=name, label=label or name, build=build, params=tuple(params), colour=colour,
+                         line_style=line_style, category=category, modifiers=tuple(modifiers),
+                         keeps_stragglers=keeps_stragglers, variants=dict(variants or {}), check=check,
+                         divergence_hint=divergence_hint, tracks_clients=tracks_clients, doc=doc, builtin=builtin)
+
+
+def register_algorithm(name: str, build: Callable, **settings) -> AlgorithmSpec:
+    """Register an algorithm under ``name`` (lower case letters, digits, ``_``, ``-``); returns its spec.
+
+    ``build(setup)`` makes its pieces for one run: an :class:`~fedala_lab.algorithms.base.Algorithm` subclass
+    (overriding the hooks it changes) or a function returning one. Keyword settings: ``label`` (the papers'
+    spelling), ``params`` (its hyper-parameters as :class:`~fedala_lab.params.Param` declarations; a config then
+    takes them like any setting — ``RunConfig(algo=name, server_beta=0.5)``, ``--set server_beta=0.5`` —,
+    checks them, and puts all of them in the run key), ``colour`` and ``line_style`` (in every figure),
+    ``modifiers`` (which apply: ``"ala"`` makes ``name+ala``; default ("ala",)), ``category``,
+    ``keeps_stragglers``, ``check(cfg)``, ``divergence_hint(cfg)``, ``tracks_clients``, ``doc``. See
+    docs/extending.md. Registering a name again replaces your earlier registration (a notebook cell run
+    twice); a built-in name cannot be replaced."""
+    return register_spec(make_spec(name, build, **settings))
+
+
+def register_spec(spec: AlgorithmSpec) -> AlgorithmSpec:
+    """Register a spec made by :func:`make_spec` (the built-ins are registered so, in catalog.py's order)."""
+    name = spec.name
     with _LOCK:
         old = _SPECS.get(name)
         if old is not None and old.builtin:
             raise ValueError(f"{name!r} is a built-in algorithm; register yours under another name")
         if name in _ALIASES or any(name.endswith(m.suffix) for m in _MODIFIERS.values()):
             raise ValueError(f"{name!r} is taken by an alias or ends like a modifier ({', '.join(_suffixes())})")
-        unknown = [m for m in modifiers if m not in _MODIFIERS]
+        unknown = [m for m in spec.modifiers if m not in _MODIFIERS]
         if unknown:
             raise ValueError(f"unknown modifier(s) {unknown}: known are {sorted(_MODIFIERS)}")
         if old is not None:  # forget its old declarations
             for k in [k for k, (_, owner) in _PARAMS.items() if owner == name]:
                 del _PARAMS[k]
-        _declare(params, name)
-        spec = AlgorithmSpec(name=name, label=label or name, build=build, params=tuple(params), colour=colour,
-                             line_style=line_style, category=category, modifiers=tuple(modifiers),
-                             keeps_stragglers=keeps_stragglers, variants=dict(variants or {}), check=check,
-                             divergence_hint=divergence_hint, tracks_clients=tracks_clients, doc=doc,
-                             builtin=builtin)
+        _declare(spec.params, name)
         _SPECS[name] = spec
         return spec
 
@@ -335,6 +346,24 @@ def label(name: str) -> str:
     return look(name).label
 
 
-__all__ = ["AlgorithmSpec", "Look", "Modifier", "Resolved", "label", "look", "modifier", "names", "param",
-           "param_names",
-           "register_algorithm", "register_alias", "register_modifier", "reserve", "resolve", "specs"]
+__all__ = [
+    "AlgorithmSpec",
+    "Look",
+    "Modifier",
+    "Resolved",
+    "label",
+    "look",
+    "make_spec",
+    "modifier",
+    "names",
+    "owner",
+    "param",
+    "param_names",
+    "register_algorithm",
+    "register_alias",
+    "register_modifier",
+    "register_spec",
+    "reserve",
+    "resolve",
+    "specs",
+]

@@ -1,0 +1,85 @@
+"""Ditto (Li, Hu, Beirami & Smith, "Ditto: Fair and Robust Federated Learning Through Personalization",
+ICML 2021): FedAvg for a global model, plus a personal model per client kept close to it.
+
+Each selected client i, having received the global model w (its local model, initialised as the method
+does: G, or ALA's Θ̂ with ``+ala``):
+
+    w_i ← E epochs of SGD on F_i(w) from w, sent to the server for FedAvg's mean          (Algorithm 1, line 7)
+    v_i ← ``ditto_epochs`` epochs of SGD on h_i(v; w) = F_i(v) + (λ/2)‖v − w‖² from v_i    (Eq. 2; Alg. 1, l. 8)
+
+Evaluated: each client's personal model v_i (the FedALA paper evaluates Ditto so). v_i starts as the initial
+global model and is kept by the client (``DittoState``); it is never sent.
+
+As the public reference (PFLlib ``clientditto.py``): the personal model trains first, on the same train split
+with the same learning rate, the proximal anchor being the local model as received (before its own
+training); plain SGD steps θ ← θ − lr·(∇F_i + λ(v − w)). Departures: the batch order of the personal epochs is
+the local model's (the reference draws its own shuffle; with ``shuffle=False`` both walk the split in its
+order), so that with λ = 0 the personal models are Local's exactly (tested); stragglers cut the global
+part's work only, and a dropped straggler trains neither model. Defaults: λ = ``ditto_lambda`` = 0.1 (the
+Ditto paper tunes λ in {0.01, 0.1, 1, 2}; PFLlib's default μ = 0 would make Ditto Local), one personal epoch
+(PFLlib's ``plocal_epochs`` = 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..params import Float, Int, Param
+from .base import Algorithm, Round, Setup, Trained, Work
+from .fedprox import Proximal
+from .registry import make_spec
+
+
+@dataclass
+class DittoState:
+    """Each client's personal model v_i, (N, *shape) per parameter and buffer."""
+
+    params: dict[str, torch.Tensor]
+    buffers: dict[str, torch.Tensor]
+
+
+def personal_models(setup: Setup) -> tuple[dict, dict]:
+    """Every client's copy of the initial model: parameters and buffers, (N, *shape) each."""
+    n = setup.num_clients
+
+    def stack(named):
+        return {k: v.detach().unsqueeze(0).repeat(n, *[1] * v.dim()).clone() for k, v in named}
+
+    return stack(setup.model.named_parameters()), stack(setup.model.named_buffers())
+
+
+class Ditto(Algorithm):
+    """FedAvg for the global model; a personal model per client trained with a proximal pull towards it."""
+
+    def init_state(self, setup: Setup) -> DittoState:
+        return DittoState(*personal_models(setup))
+
+    def personalise(self, rnd: Round) -> dict:
+        return {"params": rnd.state.params, "buffers": rnd.state.buffers}
+
+    def local_train(self, rnd: Round, work: Work) -> Trained:
+        st, c = rnd.state, work.clients[torch.as_tensor(work.plan.num_steps > 0, device=work.clients.device)]
+        if len(c):
+            anchor = {n: rnd.local_params[n][c] for n in rnd.param_names}  # w as received, before its training
+            personal = rnd.train(c, rnd.plan(c, epochs=self.cfg.ditto_epochs),
+                                 start={"params": {n: v[c] for n, v in st.params.items()},
+                                        "buffers": {n: v[c] for n, v in st.buffers.items()}},
+                                 sgd=self.setup.sgd(objective=Proximal(self.cfg.ditto_lambda, "anchor", per_client=True)),
+                                 extra={"anchor": anchor})
+            for n, v in personal.params.items():
+                st.params[n][c] = v
+            for n, v in personal.buffers.items():
+                st.buffers[n][c] = v
+        return super().local_train(rnd, work)
+
+
+PARAMS = (
+    Param("ditto_lambda", 0.1, Float(0), "Ditto: λ, the pull of each personal model towards the global one (0: "
+          "Local)", short="λ"),
+    Param("ditto_epochs", 1, Int(1, 1_000), "Ditto: epochs of the personal model per round (PFLlib's plocal_epochs)"),
+)
+
+SPEC = make_spec("ditto", Ditto, label="Ditto", params=PARAMS, colour="tab:cyan", category="extra personal models",
+                 builtin=True, doc="Li, Hu, Beirami & Smith, ICML 2021")

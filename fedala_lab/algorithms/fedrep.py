@@ -1,0 +1,78 @@
+"""FedRep (Collins, Hassani, Mokhtari & Shakkottai, "Exploiting Shared Representations for Personalized
+Federated Learning", ICML 2021): a shared body (representation), a personal head per client.
+
+The model's top block is the head h_i, everything below it the body φ. Each selected client i, having
+received the global body φ (its head stays its own):
+
+    h_i ← ``fedrep_head_epochs`` epochs of SGD on the head alone, φ frozen              (Algorithm 1, lines 5–7)
+    φ_i ← E epochs of SGD on the body alone, h_i frozen                               (lines 8–10)
+
+and the server averages the bodies φ_i (weighted by train samples, as our FedAvg); only the body travels,
+both ways (bytes counted so). Evaluated: each client's model, the global body with its own head.
+
+As the public reference (PFLlib ``clientrep.py``): the head epochs come first, then the body's, on the same
+train split at the same learning rate. Defaults: one head epoch (PFLlib's ``plocal_epochs`` = 1; the FedRep
+paper uses 10 for its head). Departures: the server's weights are train-sample counts (the paper averages
+uniformly); the head is the model's top block (``fc`` of the CNN and the MLP), as PFLlib's ``model.head``.
+
+With ``+ala``, ALA blends what FedRep sends — the body — into the client's model: ALA's p counts the body's
+top blocks (p = 1: the block under the head), and the head stays the client's own.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..compute.rng import HEAD_ORDER
+from ..models import ala_param_names
+from ..params import Int, Param
+from .base import Aggregated, Algorithm, Round, Sent, Setup, Trained, Work
+from .registry import make_spec
+
+
+class FedRep(Algorithm):
+    """A global body averaged by the server; each client's head trained first, then the body."""
+
+    def __init__(self, setup: Setup):
+        super().__init__(setup)
+        self.head = tuple(ala_param_names(setup.model, 1))  # the top block
+        self.body = tuple(n for n in setup.param_names if n not in self.head)
+
+    def downloads(self) -> list[str]:
+        return list(self.body)
+
+    def initialise(self, rnd: Round, clients: torch.Tensor) -> Sent:
+        return rnd.send_global(clients, self.body)
+
+    def local_train(self, rnd: Round, work: Work) -> Trained:
+        c = work.clients[torch.as_tensor(work.plan.num_steps > 0, device=work.clients.device)]
+        head = rnd.train(c, rnd.plan(c, epochs=self.cfg.fedrep_head_epochs, stream=HEAD_ORDER),
+                         sgd=self.setup.sgd(trainable=self.head))
+        start = rnd.models(work.clients)  # the head's result where it trained, the model as received elsewhere
+        if len(c):
+            pos = torch.as_tensor(np.flatnonzero(work.plan.num_steps > 0), device=work.clients.device)
+            for n, v in head.params.items():
+                start["params"][n][pos] = v
+            for n, v in head.buffers.items():
+                start["buffers"][n][pos] = v
+        body = rnd.train(work.clients, work.plan, start=start, sgd=self.setup.sgd(trainable=self.body))
+        losses = np.full((len(work.clients), head.losses.shape[1] + body.losses.shape[1]), np.nan)
+        done = np.zeros(losses.shape, dtype=bool)
+        if len(c):
+            rows = np.flatnonzero(work.plan.num_steps > 0)
+            losses[rows, :head.losses.shape[1]] = head.losses
+            done[rows, :head.losses.shape[1]] = head.done
+        losses[:, head.losses.shape[1]:] = body.losses
+        done[:, head.losses.shape[1]:] = body.done
+        return Trained(body.params, body.buffers, losses, body.seconds, done)
+
+    def aggregate(self, rnd: Round, senders: torch.Tensor) -> Aggregated:
+        return rnd.weighted_mean(senders, self.body)
+
+
+PARAMS = (Param("fedrep_head_epochs", 1, Int(0, 1_000), "FedRep: epochs of the personal head per round, before the "
+                "body's (PFLlib's plocal_epochs; the FedRep paper uses 10)"),)
+
+SPEC = make_spec("fedrep", FedRep, label="FedRep", params=PARAMS, colour="tab:olive", line_style="-.",
+                 category="fine-tune a global model", builtin=True, doc="Collins et al., ICML 2021")

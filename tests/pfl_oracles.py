@@ -1,0 +1,56 @@
+"""Plain-torch helpers for the pFL methods' oracle tests: a client's batches in the reference order, SGD on an
+nn.Module, FedAvg's mean — written independently of the engine, so a round of a method can be transcribed
+from its paper and compared with the simulation."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+
+
+def batches(data, client: int, batch_size: int, epochs: int = 1):
+    """Client ``client``'s train split in its stored order, in full batches (the reference's DataLoader with
+    shuffle=False, drop_last=True), ``epochs`` times."""
+    x, y = data.client_train(client)
+    n = len(y) // batch_size * batch_size
+    return [(x[i:i + batch_size], y[i:i + batch_size]) for _ in range(epochs) for i in range(0, n, batch_size)]
+
+
+def module(template: torch.nn.Module, params: dict) -> torch.nn.Module:
+    """A copy of ``template`` holding ``params`` (trainable)."""
+    m = copy.deepcopy(template)
+    with torch.no_grad():
+        for k, p in m.named_parameters():
+            p.copy_(params[k])
+            p.requires_grad_(True)
+    return m
+
+
+def state(m: torch.nn.Module) -> dict:
+    return {k: p.detach().clone() for k, p in m.named_parameters()}
+
+
+def sgd(m: torch.nn.Module, data, lr: float, *, extra=None, trainable=None):
+    """Plain SGD on cross-entropy over ``data`` batches: p ← p − lr·(∇ + extra(name, p))."""
+    for xb, yb in data:
+        loss = F.cross_entropy(m(xb), yb)
+        grads = torch.autograd.grad(loss, [p for k, p in m.named_parameters() if trainable is None or k in trainable])
+        with torch.no_grad():
+            it = iter(grads)
+            for k, p in m.named_parameters():
+                if trainable is not None and k not in trainable:
+                    continue
+                g = next(it)
+                if extra is not None:
+                    g = g + extra(k, p)
+                p.sub_(lr * g)
+    return m
+
+
+def mean(models: dict[int, dict], sizes) -> dict:
+    """FedAvg's mean of the clients' parameters weighted by their train sizes."""
+    total = sum(sizes[c] for c in models)
+    names = next(iter(models.values())).keys()
+    return {k: sum(models[c][k] * (sizes[c] / total) for c in models) for k in names}
