@@ -28,13 +28,13 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
 
 
 def _blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+    return re.findall(r"```python\n(.*?)```", DOC.read_text(), re.DOTALL)
 
 
 def test_the_extension_guides_first_example_runs_as_written(tmp_path):
     first = _blocks()[0]
     assert len(first.strip().splitlines()) <= 40
-    out = subprocess.run([sys.executable, "-c", first], cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    out = subprocess.run([sys.executable, "-c", first], check=False, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.strip().splitlines()
     assert [ln.split()[0] for ln in lines] == ["FedAvg", "FedAvgM", "FedAvgM+ALA"]
@@ -44,7 +44,7 @@ def test_the_extension_guides_first_example_runs_as_written(tmp_path):
 
 
 def test_the_guides_custom_model_and_data_example_runs(tmp_path):
-    out = subprocess.run([sys.executable, "-c", _blocks()[1]], cwd=tmp_path, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", _blocks()[1]], check=False, cwd=tmp_path, capture_output=True, text=True,
                          timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     dataset, model, _ = out.stdout.split()
@@ -111,7 +111,7 @@ def test_the_same_result_on_the_loop_vectorised_and_worker_backends(ragged):
     sim_w, run_w = run_sim(cfg.replace(backend="workers"), ragged, workers=2)
     assert run_w.meta["env"]["worker_processes"] is True
     assert_same_run(sim_l, run_l, sim_w, run_w)  # bit for bit
-    sim_v, run_v = run_sim(cfg.replace(backend="vectorised"), ragged)
+    sim_v, _ = run_sim(cfg.replace(backend="vectorised"), ragged)
     for n in sim_l.param_names:
         torch.testing.assert_close(sim_v.global_params[n], sim_l.global_params[n], atol=1e-5, rtol=0)
 
@@ -221,7 +221,7 @@ def test_a_model_defined_in_a_script_trains_in_this_process(tmp_path):
                           progress=False, workers=2)
         print(run.meta["env"]["worker_processes"], run.meta["env"].get("workers_note", ""))
     """)
-    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", script], check=False, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.startswith("False") and "__main__" in out.stdout
 

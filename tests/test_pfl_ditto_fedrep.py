@@ -123,7 +123,7 @@ def test_fedrep_without_head_epochs_is_fedavg_with_a_frozen_head(ragged):
 
 def test_ala_on_ditto_and_fedrep(ragged):
     cfg = small_cfg(**{**COMMON, "rounds": 3}, s=60)
-    sim, run = run_sim(cfg.replace(algo="fedrep+ala"), ragged)
+    _, run = run_sim(cfg.replace(algo="fedrep+ala"), ragged)
     assert run.meta["ala_params"] == ["fc2.0.weight", "fc2.0.bias"]  # the body's top block: the head stays own
     assert run.config.algorithm.label == "FedRep+ALA" and len(run.ala) > 0
     sim_d, run_d = run_sim(cfg.replace(algo="ditto+ala"), ragged)
