@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: app test lab run figures bench clean install
+.PHONY: app test test-fast lab run figures bench clean install
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ lab: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# the quick loop while developing: no browser, no notebooks, nothing marked slow (a few minutes on 2 cores)
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow and not browser" --ignore=tests/test_notebooks.py
 
 run: $(STAMP)
 	$(BIN)/fedala-lab run --preset teach --algos fedavg,fedprox,fedala

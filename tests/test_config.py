@@ -117,3 +117,15 @@ def test_presets():
 def test_integral_floats_make_the_same_config():
     a, b = RunConfig(s=80, lr=1).replace(beta=1), RunConfig(s=80.0, lr=1.0).replace(beta=1.0)
     assert a == b and a.key() == b.key() and isinstance(a.s, float) and isinstance(a.data.beta, float)
+
+
+def test_help_lists_every_setting_and_every_column():
+    from fedala_lab.record.run import Run
+
+    doc = RunConfig.__doc__
+    for text in ("rounds (default 50; an integer >= 1 and <= 100000)", "lr (default 0.005; a finite number > 0)",
+                 "mu (default 0.001; a finite number >= 0)", "p (default 1; an integer >= 1)",
+                 "num_clients (default 20; an integer >= 1)", "tau0 (default 10"):
+        assert text in doc, text
+    for column in ("acc_std", "bytes_up", "init_seconds", "test_correct", "local_steps", "loss_mean", "lama_layers"):
+        assert f"``{column}``" in Run.__doc__, column

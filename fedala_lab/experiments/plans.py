@@ -444,7 +444,7 @@ def build_plan(preset_name: str = "quick", *, rounds: int | None = None, seeds: 
         notes = []
         if pathological.data.dataset != "mnist":
             notes.append("torchvision MNIST not found: MNIST pathological is drawn from the shared partition's "
-                         f"70,000 images pooled (dataset {pathological.data.dataset})")
+                         f"70,000 images pooled (dataset {pathological.data.short_name})")
         plan = Plan(
             name="paper", base_name="mnist-dir0.1", practical=practical, pathological=pathological,
             seeds=(0, 1, 2, 3, 4), ablation_seeds=(0, 1, 2), p_values=(1, 2, 3, 4),
@@ -463,7 +463,7 @@ def build_plan(preset_name: str = "quick", *, rounds: int | None = None, seeds: 
                   "accuracies are far from converged and not comparable to the paper's numbers")]
         if pathological.data.dataset != "mnist":
             notes.append("torchvision MNIST not found: MNIST pathological is drawn from the shared partition's "
-                         f"70,000 images pooled (dataset {pathological.data.dataset})")
+                         f"70,000 images pooled (dataset {pathological.data.short_name})")
         plan = Plan(
             name="mnist", base_name="mnist-dir0.1", practical=practical, pathological=pathological,
             seeds=(0,), ablation_seeds=(0,), p_values=(1, 2),

@@ -118,6 +118,15 @@ def get_or_run(cfg: RunConfig, store: RunStore | RunCache | str | Path | None = 
         return run
 
 
+def run_unsaved(cfg: RunConfig, *, data=None, model=None, progress: bool = False, callback: Callable | None = None,
+                workers=None) -> Run:
+    """Simulate ``cfg`` now and return its run without storing it (a scratch run: the app's warm-up, a quick
+    look); ``data``, ``model``, ``workers`` as for :func:`get_or_run`."""
+    from ..engine.simulate import simulate  # here: the engine loads torch
+
+    return simulate(cfg, data, model=model, progress=progress, callback=callback, workers=workers)
+
+
 def _inherited_states(store: RunStore, sim, cfg: RunConfig) -> dict:
     """The kept states of the run a branched run extends (same config, fewer rounds), up to the branch round:
     they are this run's states of those rounds too (shared as hard links)."""
@@ -259,7 +268,6 @@ def comparison_runs(base: RunConfig, *, tau0: int | None = None, phi: int | None
     """
     from ..compute.device import resolve_device
     from ..data.federated import FederatedData
-    from ..engine.simulate import simulate
 
     cfgs = comparison_configs(base, tau0=tau0, phi=phi, with_ala=with_ala)
     have = dict(have or {})
@@ -268,7 +276,7 @@ def comparison_runs(base: RunConfig, *, tau0: int | None = None, phi: int | None
 
     def get(c):
         if store is None:
-            return simulate(c, data, progress=progress, callback=callback)
+            return run_unsaved(c, data=data, progress=progress, callback=callback)
         return get_or_run(c, store, data=data, progress=progress, callback=callback)
 
     return {k: have[k] if k in have else get(c) for k, c in cfgs.items()}

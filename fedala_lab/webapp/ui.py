@@ -110,12 +110,12 @@ def warm_up() -> None:
     CPU)."""
     import io
 
-    from ..engine.simulate import simulate
+    from ..experiments.runs import run_unsaved
     from ..figures.clients import ClientSpreadDisplay
     from ..figures.curves import AccuracyCurveDisplay
 
     try:
-        runs = [simulate(make_config(algo=a, rounds=2), progress=False) for a in ("fedavg", "fedala")]
+        runs = [run_unsaved(make_config(algo=a, rounds=2)) for a in ("fedavg", "fedala")]
         for disp in (AccuracyCurveDisplay.from_runs(runs), ClientSpreadDisplay.from_runs(runs)):
             disp.figure_.savefig(io.BytesIO(), format="png")
     except Exception:  # a warm-up must never take the app down; the real click reports any problem
