@@ -66,6 +66,9 @@ class AlgorithmSpec:
     divergence_hint: Callable | None = None
     # whether its runs keep per-client records of the tracked clients (branching must then keep them too)
     tracks_clients: bool = False
+    # its communication per client and round in the FedALA paper's notation (its Table 3): Σ a model, α_f the
+    # share of the feature extractor, M the client models downloaded
+    communication: str = "Σ"
     doc: str = ""
     builtin: bool = False
 
@@ -174,8 +177,8 @@ def make_spec(name: str, build: Callable, *, label: str | None = None, params: S
               colour: str | None = None, line_style: str = "-", category: str = "",
               modifiers: Sequence[str] = ("ala",), keeps_stragglers: bool = False,
               variants: dict[str, Look] | None = None, check: Callable | None = None,
-              divergence_hint: Callable | None = None, tracks_clients: bool = False, doc: str = "",
-              builtin: bool = False) -> AlgorithmSpec:
+              divergence_hint: Callable | None = None, tracks_clients: bool = False, communication: str = "Σ",
+              doc: str = "", builtin: bool = False) -> AlgorithmSpec:
     """An :class:`AlgorithmSpec` from :func:`register_algorithm`'s arguments, not yet registered."""
     if not isinstance(name, str) or not name or not all(c.islower() or c.isdigit() or c in "_-" for c in name):
         raise ValueError(f"algorithm name {name!r}: use lower-case letters, digits, '_' and '-'")
@@ -184,7 +187,8 @@ def make_spec(name: str, build: Callable, *, label: str | None = None, params: S
     return AlgorithmSpec(name=name, label=label or name, build=build, params=tuple(params), colour=colour,
                          line_style=line_style, category=category, modifiers=tuple(modifiers),
                          keeps_stragglers=keeps_stragglers, variants=dict(variants or {}), check=check,
-                         divergence_hint=divergence_hint, tracks_clients=tracks_clients, doc=doc, builtin=builtin)
+                         divergence_hint=divergence_hint, tracks_clients=tracks_clients,
+                         communication=communication, doc=doc, builtin=builtin)
 
 
 def register_algorithm(name: str, build: Callable, **settings) -> AlgorithmSpec:
@@ -196,7 +200,8 @@ def register_algorithm(name: str, build: Callable, **settings) -> AlgorithmSpec:
     takes them like any setting — ``RunConfig(algo=name, server_beta=0.5)``, ``--set server_beta=0.5`` —,
     checks them, and puts all of them in the run key), ``colour`` and ``line_style`` (in every figure),
     ``modifiers`` (which apply: ``"ala"`` makes ``name+ala``; default ("ala",)), ``category``,
-    ``keeps_stragglers``, ``check(cfg)``, ``divergence_hint(cfg)``, ``tracks_clients``, ``doc``. See
+    ``keeps_stragglers``, ``check(cfg)``, ``divergence_hint(cfg)``, ``tracks_clients``, ``communication``
+    (the paper's notation of its traffic per client and round), ``doc``. See
     docs/extending.md. Registering a name again replaces your earlier registration (a notebook cell run
     twice); a built-in name cannot be replaced."""
     return register_spec(make_spec(name, build, **settings))

@@ -38,6 +38,42 @@ def accuracy_table(runs: Iterable[Run] | pd.DataFrame, by: Iterable[str] = ("alg
     return out
 
 
+def cost_table(runs: Iterable[Run]) -> pd.DataFrame:
+    """Each method's cost (the paper's Table 3), measured: one row per algorithm (mean over its runs).
+
+    Computation: ``seconds`` per normal round (the mean over rounds 3 on, so FedALA's start phase in round 2
+    is apart; all rounds when a run is shorter) and its split into ``init_seconds`` (local initialisation:
+    ALA's weight learning), ``train_seconds``, ``eval_seconds``, ``aggregate_seconds``; ``start_phase_seconds``,
+    round 2's time beyond a normal round (the ALA start phase; about 0 without ALA). Communication per client
+    and round, in models (Σ = the model's bytes): ``up`` (bytes sent by a client that trained) and ``down``
+    (bytes received, averaged over all clients), and ``total`` = up + down; ``formula``: the paper's notation of
+    it (the algorithm's spec). Wall-clock seconds depend on the machine and its load: compare within a table.
+    """
+    rows = []
+    for r in runs:
+        rd = r.rounds
+        normal = rd[rd["round"] >= 3] if (rd["round"] >= 3).any() else rd
+        second = rd[rd["round"] == 2]
+        model = r.meta.get("model_bytes") or 1
+        senders = (rd["num_selected"] - rd["dropped"]).clip(lower=1)
+        alg = r.config.algorithm
+        rows.append({
+            "algo": r.config.algo, "label": alg.label, "formula": alg.base.communication,
+            "rounds": int(rd["round"].max()) if len(rd) else 0,
+            **{c: float(normal[c].mean()) for c in ("seconds", "init_seconds", "train_seconds", "eval_seconds",
+                                                     "aggregate_seconds")},
+            "start_phase_seconds": float(second["seconds"].mean() - normal["seconds"].mean()) if len(second) else 0.0,
+            "up": float((rd["bytes_up"] / senders).mean() / model),
+            "down": float((rd["bytes_down"] / r.config.data.num_clients).mean() / model),
+        })
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    df = df.groupby(["algo", "label", "formula"], sort=False, as_index=False).mean(numeric_only=True)
+    df["total"] = df["up"] + df["down"]
+    return df
+
+
 def format_mean_std(mean: float, std: float, digits: int = 2) -> str:
     """``98.81 ± 0.01`` (or just the mean when there is one seed)."""
     if std is None or (isinstance(std, float) and np.isnan(std)):

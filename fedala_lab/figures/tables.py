@@ -4,7 +4,8 @@
     >>> t.frame_                                           # "mean ± std" strings (%)
     >>> t.stats_                                           # the numbers behind them
     >>> print(t.to_markdown()); print(t.to_latex())
-    >>> AccuracyTable.from_applicability(runs)             # ALA added to FedAvg and FedProx, with the gain
+    >>> AccuracyTable.from_applicability(runs)             # ALA added to each method (Table 4), with the gain
+    >>> AccuracyTable.from_costs(runs)                     # seconds and models sent per round (Table 3)
 
 The paper reports the best round's pooled accuracy, mean ± std over 5 runs; we show the final round's
 too (``which="both"``), since the best round flatters methods that overfit (docs/design.md#federated-loop).
@@ -17,6 +18,7 @@ import pandas as pd
 from ..analysis.ablation import applicability_frame
 from ..analysis.tables import (
     accuracy_table,
+    cost_table,
     format_mean_std,
     frame_to_latex,
     frame_to_markdown,
@@ -64,7 +66,8 @@ class AccuracyTable(Display):
     @classmethod
     def from_applicability(cls, runs, *, which: str = "best", digits: int = 2, title: str | None = None,
                            ax=None, plot: bool = True):
-        """ALA added to FedAvg and FedProx: base accuracy, with ALA, and the gain (percentage points)."""
+        """ALA added to each method present with its +ALA run (the paper's Table 4): accuracy without, with, and
+        the gain (percentage points)."""
         stats = applicability_frame(runs, which=which)
         frame = pd.DataFrame({
             "base": [format_mean_std(m, s, digits) for m, s in zip(stats["base_mean"], stats["base_std"])],
@@ -74,6 +77,28 @@ class AccuracyTable(Display):
         cap = (f"ALA added to a base method: test accuracy (%) at the {which} round, mean ± std over "
                f"{int(stats['n_seeds'].min())} seed(s), and the gain in percentage points.")
         t = cls(frame, stats, title=title or "Applicability of ALA", caption=cap)
+        return t.plot(ax=ax) if plot else t
+
+    @classmethod
+    def from_costs(cls, runs, *, title: str | None = None, ax=None, plot: bool = True):
+        """Computation and communication per round of each method (the paper's Table 3), measured: seconds of
+        a normal round and its phases, the ALA start phase's extra time, and the models a client sends up and
+        receives per round (Σ = one model), beside the paper's notation."""
+        stats = cost_table(runs)
+        frame = pd.DataFrame({
+            "s / round": [f"{v:.3f}" for v in stats["seconds"]],
+            "local init s": [f"{v:.3f}" for v in stats["init_seconds"]],
+            "train s": [f"{v:.3f}" for v in stats["train_seconds"]],
+            "eval s": [f"{v:.3f}" for v in stats["eval_seconds"]],
+            "start phase +s": [f"{v:.2f}" for v in stats["start_phase_seconds"]],
+            "up (Σ)": [f"{v:.3f}" for v in stats["up"]],
+            "down (Σ)": [f"{v:.3f}" for v in stats["down"]],
+            "paper": list(stats["formula"]),
+        }, index=pd.Index(list(stats["label"]), name="method"))
+        cap = ("Per round, mean over runs (seconds: rounds 3 on; the start phase: round 2's extra time). Up: "
+               "models a client that trained sent; down: models a client received, over all clients; Σ = one "
+               "model's bytes. Wall-clock seconds depend on the machine and its load.")
+        t = cls(frame, stats, title=title or "Computation and communication per round", caption=cap)
         return t.plot(ax=ax) if plot else t
 
     def to_markdown(self) -> str:
