@@ -515,16 +515,15 @@ class WithALA(Wrapper):
         sent = self.inner.initialise(self.inner_round(rnd), clients)
         if self.skips(rnd.t):
             return sent
-        got = set(sent.params) | set(sent.rows)
-        if not set(self.names) | set(self.lower) <= got:
+        if not set(self.names) | set(self.lower) <= sent.received():
             return self.blend_received(rnd, clients, sent)
         state: ALAState = rnd.state
-        a = len(clients)
-        per_client = bool(set(sent.rows) & (set(self.names) | set(self.lower)))
-        glob = {n: sent.rows[n] if n in sent.rows else sent.params[n] for n in (*self.names, *self.lower)}
+        received = (*self.names, *self.lower)
+        per_client = bool(set(sent.rows) & set(received))
         if per_client:  # each client received its own model (FedAMP): G per client, (A, …) each
-            glob = {n: sent.rows[n] if n in sent.rows else sent.params[n].unsqueeze(0).expand(a, *sent.params[n].shape)
-                    for n in glob}
+            glob = {n: sent.per_client(n, len(clients)) for n in received}
+        else:
+            glob = {n: sent.params[n] for n in received}
         ids = clients.cpu().numpy()
         x, y, lengths = self.windows(rnd, ids)  # s % of each client's train split
         local = {n: rnd.local_params[n][clients] for n in (*self.names, *self.learner.kept)}
@@ -579,8 +578,8 @@ class WithALA(Wrapper):
         received weighted ones are blended with the client's current W (Eq. 4, W not learned this round)."""
         top = set(self.names)
         w = rnd.state.weights
-        rows = {n: blend(rnd.local_params[n][clients], sent.rows[n] if n in sent.rows else sent.params[n],
-                         w[n][clients]) for n in (set(sent.params) | set(sent.rows)) & top}
+        rows = {n: blend(rnd.local_params[n][clients], sent.per_client(n, len(clients)), w[n][clients])
+                for n in sent.received() & top}
         return Sent({n: v for n, v in sent.params.items() if n not in top}, sent.bytes,
                     rows={**{n: v for n, v in sent.rows.items() if n not in top}, **rows})
 

@@ -108,8 +108,8 @@ class Aggregated:
 
 @dataclass
 class Work:
-    """One round's local training as the engine planned it: the clients that train (the selected ones minus
-    any dropped stragglers) and their batches (a straggler's cut short)."""
+    """One round's local training as the engine planned it: the selected clients and their batches (a
+    straggler's cut short, a dropped straggler's empty: ``plan.num_steps`` is 0 for it)."""
 
     clients: torch.Tensor
     plan: BatchPlan
