@@ -11,15 +11,18 @@ Each client i, in round t, with its old local model L_i and the global model G:
 The strategy is fixed and the same for every client (PartialFed-Fix): the top ``partialfed_local_blocks``
 blocks of the model start from the client's own model, the blocks below load G; with
 ``partialfed_local_bn`` batch-norm layers (their weight and bias; running statistics are never sent) stay
-local too. Default: the top block — the classifier — stays local, the paper's finding that loading the lower
-layers and keeping the top (and batch norm) local beats loading everything. Evaluated: each client's model as
-initialised (the FedALA paper evaluates local models).
+local too. Default: the top block — the classifier — and batch norm stay local: "solely by initializing a
+small fraction of layers locally" improves on FedAvg (the paper's abstract), and in its Fix experiments, as
+summarised secondhand, loading the lower layers beat loading the upper ones, and keeping the classifier and
+batch norm local helped. Evaluated: each client's model as initialised (the FedALA paper evaluates local
+models).
 
 Departures: PartialFed-Adaptive (a loading strategy learned per client) is not implemented: the sources
 available to us describe it only in outline, not as a rule to transcribe. The server averages, and clients
-upload, only the parameters some client loads: the paper's server averages whole models, but with a fixed
-strategy the layers kept local are never read by anyone, so every client's model is the same and the bytes
-counted are what must travel (downloads likewise: the loaded parameters only). Not in PFLlib.
+upload, only the parameters the clients load: the paper's server averages whole models (FedAvg), but under
+a fixed strategy nobody ever reads the average of a layer kept local, so the clients' models are the same
+either way and the bytes counted are what must travel (downloads likewise: the loaded parameters only). Not
+in PFLlib.
 
 With ``+ala``, ALA blends what PartialFed loads (its top p blocks of the loaded ones get learned weights); the
 blocks kept local stay the client's own, as for FedRep's head. Oracles (tested): keeping no block local is

@@ -4,30 +4,32 @@ envelope f_i(θ) + (λ/2)‖θ − w‖²), and federates w_i.
 
 Each selected client, from the model it received (w = G, or ALA's Θ̂ with ``+ala``) and θ = w, per batch D:
 
-    θ ← θ − plr·(∇f_i(θ; D) + λ(θ − w)),  K times        approximately solve h_i(θ; w, D) (Eq. 7; Alg. 1, l. 7)
-    w ← w − lr·λ(w − θ)                                  the local update (Algorithm 1, line 8)
+    θ ← θ − plr·(∇f_i(θ; D) + λ(θ − w)),  K times      approximately minimise h_i(θ; w, D) (Eq. 7; Alg. 1, l. 7)
+    w ← w − lr·λ(w − θ)                                the local update (Algorithm 1, line 8)
 
-θ is carried from batch to batch (warm start, as the authors' code and PFLlib), w_i is sent, and the server
-moves G towards the mean of the w_i (weighted by train samples, as our FedAvg):
+θ is carried from batch to batch (a warm start, as PFLlib), w_i is sent, and the server moves G towards the
+mean of the w_i (weighted by train samples, as our FedAvg):
 
-    G ← (1 − β)·G + β·Σ_i (n_i / Σn) w_i                 (Algorithm 1, the server's update)
+    G ← (1 − β)·G + β·Σ_i (n_i / Σn) w_i               (Algorithm 1, the server's update)
 
-Evaluated: each client's personal model θ_i as its last local training left it (the paper's "pFedMe (PM)";
-the initial model before the client's first training), kept by the client (``PFedMeState``), never sent.
+Evaluated: each client's personal model θ_i as its last local training left it (the paper's personalised
+model; the initial model before the client's first training), kept by the client (``PFedMeState``), never
+sent.
 
-Hyper-parameters: λ = ``pfedme_lambda`` = 15 (the pFedMe paper's value for MNIST, PFLlib's default when the
-FedALA paper ran; PFLlib's current shared default is 1), K = ``pfedme_k`` = 5 and plr = ``pfedme_plr`` = 0.01
-(PFLlib's defaults), the local lr η = the run's ``lr``, β = ``pfedme_beta`` = 1 (plain averaging: PFLlib's
-shared ``-bt`` default 0 would never move G). Stable only while lr·λ < 2 and plr·λ < 2 (each step scales w − θ
-by 1 − lr·λ, θ − w by 1 − plr·λ); the teach preset's lr·λ = 1.5 oscillates but converges.
+Hyper-parameters: λ = ``pfedme_lambda`` = 15 (PFLlib's default in 2021, before the FedALA paper, and FLGo's;
+PFLlib's current ``lamda``, shared by several methods, defaults to 1), K = ``pfedme_k`` = 5 and plr =
+``pfedme_plr`` = 0.01 (PFLlib's defaults), the local lr η = the run's ``lr``, β = ``pfedme_beta`` = 1 (the
+plain mean, FLGo's default; PFLlib's shared ``-bt`` defaults to 0, which would never move G). Each step
+scales w − θ by 1 − lr·λ and θ − w by 1 − plr·λ, so both products must stay below 2 (the teach preset's
+lr·λ = 1.5 overshoots θ at every step, and converges).
 
-As PFLlib (``clientpFedMe.py``, ``pFedMeOptimizer``): the same batch serves the K personal steps; θ starts from
-the model as received each round. Departures: no extra weight decay on θ (both the authors' optimizer and
-PFLlib's add 0.001·θ to the personal gradient, not in Eq. 7); θ_i is kept per client and evaluated (in PFLlib
-the personal parameters alias the model's, so what it evaluates after ``set_parameters`` is the received G);
-the server's mean is weighted by train samples (the paper: uniform over the sampled clients). The loss
-recorded for a batch is f_i(θ; D) at its first personal step. Runs on the loop and the vectorised backend
-(``Round.run_steps``).
+As PFLlib (``clientpFedMe.py``, ``pFedMeOptimizer``): the same batch serves the K personal steps; θ starts
+from the model as received each round. Departures: no weight decay on θ (PFLlib's ``pFedMeOptimizer``, like
+the authors', adds μ·θ to the personal gradient, μ = 0.001; Eq. 7 has no such term); θ_i is kept per client
+and evaluated (in PFLlib the personal parameters alias the model's, so after ``set_parameters`` it evaluates
+the received G); the server's mean is weighted by train samples (the paper: uniform over the sampled
+clients). The loss recorded for a batch is f_i(θ; D) at its first personal step. Runs on the loop and the
+vectorised backend (``Round.run_steps``).
 """
 
 from __future__ import annotations
@@ -111,14 +113,15 @@ def _hint(cfg) -> str:
     worst = max((cfg.lr, "lr"), (cfg.pfedme_plr, "pfedme_plr"))
     if worst[0] * cfg.pfedme_lambda < 2:
         return ""
-    return (f"pFedMe's pfedme_lambda={cfg.pfedme_lambda:g} is most likely too large for {worst[1]}={worst[0]:g}: "
-            f"each step scales the gap between the personal and the local model by 1 − {worst[1]}·λ = "
-            f"{1 - worst[0] * cfg.pfedme_lambda:.3g}, which must stay within (−1, 1): try λ < {2 / worst[0]:g}")
+    step, name = worst
+    return (f"pFedMe's pfedme_lambda={cfg.pfedme_lambda:g} is most likely too large for {name}={step:g}: each "
+            f"step scales the gap between the personal and the local model by 1 − {name}·λ = "
+            f"{1 - step * cfg.pfedme_lambda:.3g}, which must stay within (−1, 1): try λ < {2 / step:g}")
 
 
 PARAMS = (
     Param("pfedme_lambda", 15.0, Float(0), "pFedMe: λ, the pull between each personal model θ_i and the local "
-          "model w_i (the pFedMe paper's MNIST value)", short="λ"),
+          "model w_i (PFLlib's default in 2021)", short="λ"),
     Param("pfedme_k", 5, Int(1, 1_000), "pFedMe: K, personal steps on θ per batch (PFLlib)", short="K"),
     Param("pfedme_plr", 0.01, Float(0, lo_open=True), "pFedMe: learning rate of the personal steps (PFLlib's "
           "p_learning_rate)"),
