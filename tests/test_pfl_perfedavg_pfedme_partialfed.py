@@ -65,6 +65,7 @@ def test_two_perfedavg_rounds_are_its_paper(ragged):
             trained[c] = theta
         g = mean(trained, ragged.train_sizes)
     _close(sim.global_params, g)
+    assert (run.rounds[["bytes_up", "bytes_down"]] == 5 * sim.setup.param_bytes()).all().all()  # whole models
 
 
 def test_perfedavg_with_beta_alpha_moves_by_the_second_of_two_sgd_steps(ragged):
@@ -116,6 +117,7 @@ def test_two_pfedme_rounds_are_its_paper(ragged):
     for c in CLIENTS:
         _close(_row(sim.local_params, c), local[c])
         _close(_row(sim.state.params, c), personal[c])
+    assert (run.rounds[["bytes_up", "bytes_down"]] == 5 * sim.setup.param_bytes()).all().all()  # θ_i stays home
 
 
 def test_pfedme_with_one_step_lr_lambda_one_and_beta_one_is_fedavg(ragged):
