@@ -54,3 +54,16 @@ def mean(models: dict[int, dict], sizes) -> dict:
     total = sum(sizes[c] for c in models)
     names = next(iter(models.values())).keys()
     return {k: sum(models[c][k] * (sizes[c] / total) for c in models) for k in names}
+
+
+def grads(m: torch.nn.Module, xb, yb) -> dict:
+    """The gradient of the batch's mean cross-entropy at ``m``'s parameters, by name."""
+    names, params = zip(*m.named_parameters())
+    return dict(zip(names, torch.autograd.grad(F.cross_entropy(m(xb), yb), params)))
+
+
+def client_test_loss(m: torch.nn.Module, data, client: int) -> float:
+    """Mean cross-entropy of ``m`` on the client's test split (what the run records as its test_loss)."""
+    x, y = data.client_test(client)
+    with torch.no_grad():
+        return float(F.cross_entropy(m(x), y))

@@ -45,6 +45,17 @@ def weighted_ce(logits: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch
     return (F.cross_entropy(logits, y, reduction="none") * w).sum() / w.sum().clamp_min(1.0)
 
 
+def grad_and_loss(model: torch.nn.Module):
+    """``f(params, buffers, x, y, w) -> (grads, loss)``: the gradient of :func:`weighted_ce` of ``model`` with
+    respect to every parameter, and its value — the building block of steps other than plain SGD (Per-FedAvg's
+    two gradients, pFedMe's personal steps)."""
+
+    def loss_fn(params, buffers, x, y, w):
+        return weighted_ce(functional_call(model, (params, buffers), (x,)), y, w)
+
+    return grad_and_value(loss_fn)
+
+
 def make_sgd_step(model: torch.nn.Module, sgd: SGD):
     """One SGD step of ``sgd`` on cross-entropy for one client and one batch (``step.sgd`` keeps the recipe)."""
     trainable = None if sgd.trainable is None else set(sgd.trainable)

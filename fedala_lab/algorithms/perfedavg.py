@@ -1,0 +1,103 @@
+"""Per-FedAvg (Fallah, Mokhtari & Ozdaglar, "Personalized Federated Learning with Theoretical Guarantees: A
+Model-Agnostic Meta-Learning Approach", NeurIPS 2020), its first-order variant Per-FedAvg (FO): FedAvg that
+learns a global model which is good *after one local step of SGD* (the MAML objective
+F(w) = 1/n Σ_i f_i(w − α∇f_i(w))).
+
+Each selected client, from the model it received (G, or ALA's Θ̂ with ``+ala``), takes local steps on two
+batches D and D' each (Algorithm 1's local update, with the Hessian term dropped: the FO variant):
+
+    θ' = θ − α ∇f_i(θ; D)           a plain SGD step on D, only to find where to take the gradient
+    θ  ← θ − β ∇f_i(θ'; D')         the step itself: the gradient at θ', applied to θ
+
+and the server takes FedAvg's mean of the θ_i (weighted by train samples); the whole model travels both
+ways. Evaluated: each client's model after one step of SGD (lr α) on one batch of its own train split — the
+personalised model the objective is about, as PFLlib (the code the FedALA paper ran) evaluates Per-FedAvg.
+
+Hyper-parameters: α = the run's ``lr``; β = ``perfedavg_beta``, by default the run's ``lr`` too (None), as
+PFLlib (``clientperavg.py`` sets β to the learning rate; its ``-bt`` flag is not read). The Per-FedAvg paper
+has α and β as separate hyper-parameters: set ``perfedavg_beta`` for that.
+
+As the public reference (PFLlib ``clientperavg.py``): the loader's batches of 2B rows are split into D (the
+first B) and D' (the rest), so one Per-FedAvg step consumes two of our batches: we pair each client's
+batches two by two within each pass over its split (a pass with an odd number of batches leaves its last
+one out, as DataLoader(2B, drop_last=True) does). Departures: E epochs per round (PFLlib's server calls
+``train()`` twice per round, 2E); the adaptation before evaluation is one step on one batch of the
+client's *train* split, as PFLlib's ``train_one_step`` since February 2023 (from January 2022 until then,
+when the FedALA paper ran, it took an α step and a β step on two *test* batches) — the first batch of its
+reference order, or a batch of a reshuffled pass of its own stream (``PERFEDAVG_ADAPT``) with ``shuffle``; a
+client with no batch is evaluated unadapted. The loss recorded for a step is f_i(θ; D).
+
+With ``+ala``, ALA blends G into the client's model before local training (its local initialisation, as for
+FedAvg); the evaluated model is the blended one after its adaptation step. Runs on the loop and the
+vectorised backend (``Round.run_steps``); on a CPU with a large model the loop replaces worker processes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..compute.backends import BatchPlan
+from ..compute.rng import PERFEDAVG_ADAPT
+from ..compute.steps import grad_and_loss
+from ..params import Float, Optional, Param
+from .base import Algorithm, Round, Setup, Trained, Work
+from .registry import make_spec
+
+
+def make_perfedavg_step(model: torch.nn.Module, alpha: float, beta: float, split: int):
+    """One Per-FedAvg (FO) step for one client on a batch holding D (its first ``split`` rows) then D'."""
+
+    g_and_v = grad_and_loss(model)
+
+    def step(carry, shared, x, y, w):
+        theta, buffers = carry["params"], carry["buffers"]
+        grads, loss = g_and_v(theta, buffers, x[:split], y[:split], w[:split])
+        adapted = {n: p - alpha * grads[n] for n, p in theta.items()}
+        grads, _ = g_and_v(adapted, buffers, x[split:], y[split:], w[split:])
+        return {"params": {n: p - beta * grads[n] for n, p in theta.items()}}, loss.reshape(1)
+
+    return step
+
+
+def pairs(plan: BatchPlan, per_epoch: np.ndarray) -> BatchPlan:
+    """Each client's batches two by two within each pass over its split (``per_epoch[i]`` batches a pass), each
+    pair as one batch: D's rows then D''s. D is never a partial batch (only a pass's last batch can be one,
+    and that is D' or left out), so D is always the first ``batch_size`` rows."""
+    rows = plan.rows.cpu().numpy()
+    out = []
+    for i in range(plan.num_clients):
+        k, p, sizes = int(plan.num_steps[i]), int(per_epoch[i]), plan.sizes[i]
+        out.append([np.concatenate([rows[i, j, :sizes[j]], rows[i, j + 1, :sizes[j + 1]]])
+                    for j in range(k - 1) if j % p % 2 == 0 and (j + 1) % p])
+    return BatchPlan.from_batches(out, plan.rows.device)
+
+
+class PerFedAvg(Algorithm):
+    """FedAvg whose local steps are Per-FedAvg (FO) steps; evaluated after one adaptation step."""
+
+    def __init__(self, setup: Setup):
+        super().__init__(setup)
+        cfg = self.cfg
+        beta = cfg.lr if cfg.perfedavg_beta is None else cfg.perfedavg_beta
+        self.step = make_perfedavg_step(setup.model, cfg.lr, beta, cfg.batch_size)
+
+    def personalise(self, rnd: Round) -> dict:
+        everyone = rnd.everyone
+        adapted = rnd.train(everyone, rnd.plan(everyone, steps=1, stream=PERFEDAVG_ADAPT))
+        return {"params": adapted.params, "buffers": adapted.buffers}
+
+    def local_train(self, rnd: Round, work: Work) -> Trained:
+        per_epoch = self.setup.batches_per_epoch(self.setup.train_sizes[work.clients.cpu().numpy()])
+        plan = pairs(work.plan, per_epoch)
+        out, aux = rnd.run_steps(self.step, rnd.models(work.clients), plan)
+        return Trained(out["params"], out["buffers"], aux[..., 0], done=plan.sizes > 0)
+
+
+PARAMS = (Param("perfedavg_beta", None, Optional(Float(0, lo_open=True)), "Per-FedAvg: step size β of each local "
+                "step (none: the run's lr, as PFLlib); α, of the inner step and of the adaptation before "
+                "evaluation, is the run's lr", short="β {}"),)
+
+SPEC = make_spec("perfedavg", PerFedAvg, label="Per-FedAvg", params=PARAMS, colour="maroon",
+                 line_style="-.", category="fine-tune a global model", builtin=True,
+                 doc="Fallah, Mokhtari & Ozdaglar, NeurIPS 2020 (first-order variant)")

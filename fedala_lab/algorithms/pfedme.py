@@ -1,0 +1,134 @@
+"""pFedMe (T Dinh, Tran & Nguyen, "Personalized Federated Learning with Moreau Envelopes", NeurIPS 2020): each
+client keeps a personal model θ_i, the proximal point of its local model w_i under its loss (the Moreau
+envelope f_i(θ) + (λ/2)‖θ − w‖²), and federates w_i.
+
+Each selected client, from the model it received (w = G, or ALA's Θ̂ with ``+ala``) and θ = w, per batch D:
+
+    θ ← θ − plr·(∇f_i(θ; D) + λ(θ − w)),  K times      approximately minimise h_i(θ; w, D) (Eq. 7; Alg. 1, l. 7)
+    w ← w − lr·λ(w − θ)                                the local update (Algorithm 1, line 8)
+
+θ is carried from batch to batch (a warm start, as PFLlib), w_i is sent, and the server moves G towards the
+mean of the w_i (weighted by train samples, as our FedAvg):
+
+    G ← (1 − β)·G + β·Σ_i (n_i / Σn) w_i               (Algorithm 1, the server's update)
+
+Evaluated: each client's personal model θ_i as its last local training left it (the paper's personalised
+model; the initial model before the client's first training), kept by the client (``PFedMeState``), never
+sent.
+
+Hyper-parameters: λ = ``pfedme_lambda`` = 15 (PFLlib's default in 2021, before the FedALA paper, and FLGo's;
+PFLlib's current ``lamda``, shared by several methods, defaults to 1), K = ``pfedme_k`` = 5 and plr =
+``pfedme_plr`` = 0.01 (PFLlib's defaults), the local lr η = the run's ``lr``, β = ``pfedme_beta`` = 1 (the
+plain mean, FLGo's default; PFLlib's shared ``-bt`` defaults to 0, which would never move G). Each step
+scales w − θ by 1 − lr·λ and θ − w by 1 − plr·λ, so both products must stay below 2 (the teach preset's
+lr·λ = 1.5 overshoots θ at every step, and converges).
+
+As PFLlib (``clientpFedMe.py``, ``pFedMeOptimizer``): the same batch serves the K personal steps; θ starts
+from the model as received each round. Departures: no weight decay on θ (PFLlib's ``pFedMeOptimizer``, like
+the authors', adds μ·θ to the personal gradient, μ = 0.001; Eq. 7 has no such term); θ_i is kept per client
+and evaluated (in PFLlib the personal parameters alias the model's, so after ``set_parameters`` it evaluates
+the received G); the server's mean is weighted by train samples (the paper: uniform over the sampled
+clients). The loss recorded for a batch is f_i(θ; D) at its first personal step. Runs on the loop and the
+vectorised backend (``Round.run_steps``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..compute.steps import grad_and_loss
+from ..params import Float, Int, Param
+from .base import Aggregated, Algorithm, Round, Setup, Trained, Work
+from .ditto import personal_models
+from .registry import make_spec
+
+
+@dataclass
+class PFedMeState:
+    """Each client's personal model θ_i, (N, *shape) per parameter and buffer."""
+
+    params: dict[str, torch.Tensor]
+    buffers: dict[str, torch.Tensor]
+
+
+def make_pfedme_step(model: torch.nn.Module, *, lr: float, plr: float, lam: float, k: int):
+    """One batch of pFedMe for one client: K personal steps on θ (carry ``theta``), then the step of w
+    (carry ``params``)."""
+
+    g_and_v = grad_and_loss(model)
+
+    def step(carry, shared, x, y, mask):
+        w, theta, buffers = carry["params"], carry["theta"], carry["buffers"]
+        grads, loss = g_and_v(theta, buffers, x, y, mask)
+        for i in range(k):
+            if i:
+                grads, _ = g_and_v(theta, buffers, x, y, mask)
+            # θ − plr·(∇f + λ(θ − w)): θ pulled a fraction plr·λ of the way to w, then the loss's step
+            theta = {n: torch.lerp(p, w[n], plr * lam) - plr * grads[n] for n, p in theta.items()}
+        w = {n: torch.lerp(p, theta[n], lr * lam) for n, p in w.items()}  # w − lr·λ(w − θ)
+        return {"params": w, "theta": theta}, loss.reshape(1)
+
+    return step
+
+
+class PFedMe(Algorithm):
+    """Local models w_i federated with a β-step server; personal models θ_i, their proximal points, evaluated."""
+
+    def __init__(self, setup: Setup):
+        super().__init__(setup)
+        cfg = self.cfg
+        self.step = make_pfedme_step(setup.model, lr=cfg.lr, plr=cfg.pfedme_plr, lam=cfg.pfedme_lambda,
+                                     k=cfg.pfedme_k)
+
+    def init_state(self, setup: Setup) -> PFedMeState:
+        return PFedMeState(*personal_models(setup))
+
+    def personalise(self, rnd: Round) -> dict:
+        return {"params": rnd.state.params, "buffers": rnd.state.buffers}
+
+    def local_train(self, rnd: Round, work: Work) -> Trained:
+        carry = rnd.models(work.clients)
+        carry["theta"] = dict(carry["params"])  # θ starts from the model as received
+        out, aux = rnd.run_steps(self.step, carry, work.plan)
+        rows = torch.as_tensor(np.flatnonzero(work.plan.num_steps > 0), device=rnd.device)
+        ids = work.clients[rows]  # θ_i changes only where the client trained
+        st = rnd.state
+        for n, v in out["theta"].items():
+            st.params[n][ids] = v[rows]
+        for n, v in out["buffers"].items():
+            st.buffers[n][ids] = v[rows]
+        return Trained(out["params"], out["buffers"], aux[..., 0], done=work.plan.sizes > 0)
+
+    def aggregate(self, rnd: Round, senders: torch.Tensor) -> Aggregated:
+        mean, beta = rnd.weighted_mean(senders), self.cfg.pfedme_beta
+        return Aggregated({n: (1 - beta) * g + beta * mean.params[n] for n, g in rnd.global_params.items()},
+                          mean.bytes)
+
+
+def _hint(cfg) -> str:
+    """The personal and the local step each scale a difference by 1 − step·λ: from 2 on it grows each step."""
+    worst = max((cfg.lr, "lr"), (cfg.pfedme_plr, "pfedme_plr"))
+    if worst[0] * cfg.pfedme_lambda < 2:
+        return ""
+    step, name = worst
+    return (f"pFedMe's pfedme_lambda={cfg.pfedme_lambda:g} is most likely too large for {name}={step:g}: each "
+            f"step scales the gap between the personal and the local model by 1 − {name}·λ = "
+            f"{1 - step * cfg.pfedme_lambda:.3g}, which must stay within (−1, 1): try λ < {2 / step:g}")
+
+
+PARAMS = (
+    Param("pfedme_lambda", 15.0, Float(0), "pFedMe: λ, the pull between each personal model θ_i and the local "
+          "model w_i (PFLlib's default in 2021)", short="λ"),
+    Param("pfedme_k", 5, Int(1, 1_000), "pFedMe: K, personal steps on θ per batch (PFLlib)", short="K"),
+    Param("pfedme_plr", 0.01, Float(0, lo_open=True), "pFedMe: learning rate of the personal steps (PFLlib's "
+          "p_learning_rate)"),
+    Param("pfedme_beta", 1.0, Float(0, lo_open=True), "pFedMe: β, the server's step towards the clients' mean "
+          "(1: the mean)", short="β {}"),
+)
+
+SPEC = make_spec("pfedme", PFedMe, label="pFedMe", params=PARAMS, colour="mediumvioletred",
+                 category="extra personal models", divergence_hint=_hint, builtin=True,
+                 doc="T Dinh, Tran & Nguyen, NeurIPS 2020")
