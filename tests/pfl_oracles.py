@@ -54,3 +54,11 @@ def mean(models: dict[int, dict], sizes) -> dict:
     total = sum(sizes[c] for c in models)
     names = next(iter(models.values())).keys()
     return {k: sum(models[c][k] * (sizes[c] / total) for c in models) for k in names}
+
+
+def first_rows_batches(data, client: int, batch_size: int, rows: int, epochs: int = 1):
+    """Like :func:`batches`, over the first ``rows`` rows of the client's train split only (FedFomo trains there
+    and validates on the rest)."""
+    x, y = data.client_train(client)
+    n = rows // batch_size * batch_size
+    return [(x[i:i + batch_size], y[i:i + batch_size]) for _ in range(epochs) for i in range(0, n, batch_size)]
