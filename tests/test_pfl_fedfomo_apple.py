@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import run_sim, small_cfg
+from conftest import assert_same_run, run_sim, small_cfg
 from pfl_oracles import batches, first_rows_batches, module, sgd, state
 
 import fedala_lab as fl
 from fedala_lab.algorithms import apple, fedfomo
-from fedala_lab.errors import ConfigError
+from fedala_lab.engine.simulate import Simulation
+from fedala_lab.errors import ConfigError, RunCancelled
 
 COMMON = {"rounds": 2, "model": "mlp", "lr": 0.1, "batch_size": 4}
 
@@ -207,3 +208,17 @@ def test_no_ala_on_methods_that_download_many_models(algo):
     assert spec.modifiers == () and spec.category == "personalised aggregation"
     with pytest.raises(ConfigError):
         small_cfg(algo=algo + "+ala")
+
+
+@pytest.mark.parametrize("algo", ["fedfomo", "apple"])
+def test_resume_equals_uninterrupted(algo, ragged, tmp_path):
+    # the state (FedFomo's server copies and affinities, APPLE's p) survives a checkpoint
+    cfg = small_cfg(algo=algo, **{**COMMON, "rounds": 4}, checkpoint_every=2, shuffle=True, join_ratio=0.6,
+                    fomo_m=2)
+    sim_full, full = run_sim(cfg, ragged)
+    ckpt = tmp_path / "ckpt.pt"
+    with pytest.raises(RunCancelled):
+        Simulation(cfg, ragged).run(progress=False, callback=lambda sim, row: row["round"] < 2, checkpoint=ckpt)
+    sim = Simulation(cfg, ragged)
+    assert sim.load_checkpoint(ckpt) and sim.round == 2
+    assert_same_run(sim_full, full, sim, sim.run(progress=False))

@@ -76,23 +76,25 @@ def personalised(p: torch.Tensor, cores: dict) -> dict:
     return {n: torch.tensordot(p.to(v.dtype), v, dims=1) for n, v in cores.items()}
 
 
-def make_apple_step(model: torch.nn.Module, lr_core: float, lr_p: float):
-    """One APPLE step for one client and one batch. carry: ``params`` (its core model θ_i), ``buffers``, ``p``
-    (p_i, (N,)), ``me`` (one-hot of i, (N,)); shared: ``cores`` (the N downloaded core models, (N, …)), ``p0``
-    ((N,)), ``prox`` (λ(t)·μ, a 0-d tensor)."""
+def make_apple_step(model: torch.nn.Module, lr: float, lr_p: float):
+    """One APPLE step for one client and one batch, θ_i at ``lr`` and p_i at ``lr_p``. carry: ``params`` (its
+    core model θ_i), ``buffers``, ``p`` (p_i, (N,)), ``me`` (one-hot of i, (N,)), ``start`` (θ_i as the others
+    downloaded it); shared: ``cores`` (the N downloaded core models, (N, …)), ``p0`` ((N,)), ``prox`` (λ(t)·μ, a
+    0-d tensor)."""
 
-    def loss_fn(own, p, cores, me, buffers, x, y, w):
+    def loss_fn(own, p, cores, me, start, buffers, x, y, w):
         # θ̃ = Σ_j p_j θ_j, the client's current core replacing the downloaded copy of its own
-        theta = {n: torch.tensordot(p, cores[n], dims=1) + (p @ me) * (own[n] - torch.tensordot(me, cores[n], dims=1))
-                 for n in own}
+        p_own = (p * me).sum()
+        theta = {n: torch.tensordot(p, cores[n], dims=1) + p_own * (own[n] - start[n]) for n in own}
         return weighted_ce(functional_call(model, (theta, buffers), (x,)), y, w)
 
     g_and_v = grad_and_value(loss_fn, argnums=(0, 1))
 
     def step(carry, shared, x, y, w):
         p = carry["p"]
-        (g_own, g_p), loss = g_and_v(carry["params"], p, shared["cores"], carry["me"], carry["buffers"], x, y, w)
-        params = {n: v - lr_core * g_own[n] for n, v in carry["params"].items()}
+        (g_own, g_p), loss = g_and_v(carry["params"], p, shared["cores"], carry["me"], carry["start"],
+                                     carry["buffers"], x, y, w)
+        params = {n: v - lr * g_own[n] for n, v in carry["params"].items()}
         return {"params": params, "p": p - lr_p * (g_p + shared["prox"] * (p - shared["p0"]))}, loss.reshape(1)
 
     return step
@@ -122,7 +124,7 @@ class APPLE(Algorithm):
         c = work.clients
         n = torch.as_tensor(rnd.setup.train_sizes, dtype=torch.float32, device=rnd.device)
         prox = schedule(rnd.t, self.cfg.rounds, self.cfg.apple_L) * self.cfg.apple_mu
-        carry = {**rnd.models(c), "p": rnd.state.p[c],
+        carry = {**rnd.models(c), "p": rnd.state.p[c], "start": {k: v[c] for k, v in rnd.local_params.items()},
                  "me": torch.nn.functional.one_hot(c, rnd.num_clients).to(rnd.state.p.dtype)}
         shared = {"cores": rnd.local_params, "p0": n / n.sum(), "prox": torch.tensor(prox, device=rnd.device)}
         out, aux = rnd.run_steps(self.step, carry, work.plan, shared)

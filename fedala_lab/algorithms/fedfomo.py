@@ -5,8 +5,8 @@ validation loss, weighted by how much they lower it per unit of distance.
 The server keeps every client's last uploaded model θ_j and an affinity matrix P (N × N). Each selected client
 i, holding its local model θ_i (its model after its last training), downloads the models of M other clients
 (those of highest affinity P_ij among the clients the server holds a model of) and, on a validation part of its
-train split, computes (the paper's Sec. 3, its "first-order" weights and federated update; the paper's equation
-numbers are not restated here):
+train split, computes the paper's first-order weights and federated update (stated here in its terms; its
+equation numbers are not restated):
 
     w_ij = (L_i(θ_i) − L_i(θ_j)) / ‖θ_j − θ_i‖                  for each downloaded j
     θ_i ← θ_i + Σ_j w̄_ij (θ_j − θ_i),   w̄_ij = max(w_ij, 0) / Σ_k max(w_ik, 0)
@@ -21,8 +21,10 @@ it last trained). Communication: M models down per downloading client, one model
 Hyper-parameters, as PFLlib (``clientfomo.py``, ``serverfomo.py``, ``main.py``) sets them: ``fomo_m`` = 5 (its
 ``M``), ``fomo_val`` = 0.2 (its ``val_ratio``: the last ⌊0.2·n⌋ rows of a client's train split validate, the
 first ones train), ``fomo_epsilon`` = 0 (PFLlib picks the top-M of P; the paper explores ε-greedily, its
-official code starting at ε = 0.3: here ε is a constant chance per pick of a random candidate instead of the top
-one). Ties of affinity are broken at random (stream ``FOMO_PICK``); ‖·‖ gets PFLlib's 1e-5 added.
+official code, github.com/NVlabs/FedFomo, from ε = 0.3 lowered by 0.05 a round: here ε is a constant chance per
+pick of a random candidate instead of the next by affinity). Ties of affinity are broken at random (stream
+``FOMO_PICK``, as the official code; PFLlib's ``torch.topk`` leaves them to the implementation); ‖·‖ gets PFLlib's
+1e-5 added.
 
 Departures from PFLlib: a client's reference model θ_i is its current local model, as in the paper (PFLlib
 keeps the model it started its previous training from, a round stale); a client downloads other clients'
