@@ -140,7 +140,7 @@ class FedFomo(Algorithm):
         a = len(clients)
         losses = self.val_losses(rnd, clients, {n: torch.cat([own[n], theirs[n]]) for n in own},
                                  list(range(a)) + owner.tolist())
-        distance = torch.sqrt(sum(((theirs[n] - own[n][owner]).flatten(1).double() ** 2).sum(1) for n in own))
+        distance = torch.sqrt(sum(((theirs[n] - own[n][owner]) ** 2).flatten(1).sum(1) for n in own).double())
         return fomo_weights(losses[owner] - losses[a:], distance, owner, a)
 
     def initialise(self, rnd: Round, clients: torch.Tensor) -> Sent:
