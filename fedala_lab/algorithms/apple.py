@@ -24,8 +24,8 @@ Hyper-parameters: p_i starts uniform, 1/N (PFLlib ``clientapple.py``; the offici
 pFL-APPLE, starts it at p⁰); p⁰ = train-sample shares (both); η = the run's ``lr``; ``apple_dr_lr`` = η_p = 0.001
 (the official code's ``lr_coef``; PFLlib's ``dr_learning_rate`` defaults to 0, which freezes p at uniform: each
 client's personalised model is then the mean of the cores and APPLE learns poorly, 19 % on the teach problem
-against 90 % at 0.001); ``apple_mu`` = μ = 0.1 (the official code's ``mu``; PFLlib reads FedProx's ``mu``,
-default 0); ``apple_L`` = L = 1 (PFLlib's ``L``: the pull fades over the whole run; the official code fades it
+against 90 % at 0.001); ``apple_mu`` = μ = 0.1 (the official code's ``mu``, whose penalty μ‖p_i − p⁰‖² pulls
+twice as hard as the gradient λμ(p_ij − p⁰_j) here, which is PFLlib's; PFLlib reads FedProx's ``mu``, default 0); ``apple_L`` = L = 1 (PFLlib's ``L``: the pull fades over the whole run; the official code fades it
 over the first 10 % of the rounds, exponentially by default). Plain SGD for both (the official code uses
 momentum 0.9).
 

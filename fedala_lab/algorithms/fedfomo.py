@@ -124,9 +124,9 @@ class FedFomo(Algorithm):
     def val_losses(self, rnd: Round, clients: torch.Tensor, models: dict, whose: list[int]) -> torch.Tensor:
         """Mean loss of each model in ``models`` ((K, …) parameters) on the validation rows of the client at
         position ``whose[k]`` of ``clients``, with that client's buffers."""
-        rows = [self.val_rows(rnd, int(c)) for c in clients]
-        plan = BatchPlan.from_batches([[rows[a][i:i + plans.EVAL_CHUNK] for i in range(0, len(rows[a]), plans.EVAL_CHUNK)]
-                                       for a in whose], rnd.device)
+        chunks = [np.array_split(r, range(plans.EVAL_CHUNK, len(r), plans.EVAL_CHUNK))
+                  for r in (self.val_rows(rnd, int(c)) for c in clients)]
+        plan = BatchPlan.from_batches([chunks[a] for a in whose], rnd.device)
         idx = clients[torch.as_tensor(whose, device=clients.device)]
         buffers = {k: b[idx] for k, b in rnd.local_buffers.items()}
         out = plans.evaluate(rnd.setup.backend, rnd.setup.eval_step, rnd.model, models, buffers,
