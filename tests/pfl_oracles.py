@@ -67,3 +67,11 @@ def client_test_loss(m: torch.nn.Module, data, client: int) -> float:
     x, y = data.client_test(client)
     with torch.no_grad():
         return float(F.cross_entropy(m(x), y))
+
+
+def first_rows_batches(data, client: int, batch_size: int, rows: int, epochs: int = 1):
+    """Like :func:`batches`, over the first ``rows`` rows of the client's train split only (FedFomo trains there
+    and validates on the rest)."""
+    x, y = data.client_train(client)
+    n = rows // batch_size * batch_size
+    return [(x[i:i + batch_size], y[i:i + batch_size]) for _ in range(epochs) for i in range(0, n, batch_size)]

@@ -179,20 +179,23 @@ class Setup:
 
     def plan(self, t: int, clients: torch.Tensor | Sequence[int], *, epochs: int | None = None,
              steps: int | None = None, stream: int = streams.TRAIN_ORDER,
-             limits: dict[int, int] | None = None) -> BatchPlan:
+             limits: dict[int, int] | None = None, sizes: Sequence[int] | None = None) -> BatchPlan:
         """Local SGD batches of ``clients`` in round ``t``: ``epochs`` passes over each one's train split, or
-        exactly ``steps`` batches; ``limits`` cuts some clients' work to their first so many batches. Reference
-        order unless ``cfg.shuffle`` (compute/plans.py). Plans that do not change from round to round are kept."""
+        exactly ``steps`` batches; ``limits`` cuts some clients' work to their first so many batches; ``sizes``
+        (one per client, in the order of ``clients``) trains on the first so many rows of each split only (FedFomo
+        holds the rest out for validation). Reference order unless ``cfg.shuffle`` (compute/plans.py). Plans that
+        do not change from round to round are kept."""
         cfg = self.cfg
         ids = tuple(int(c) for c in (clients.cpu().tolist() if torch.is_tensor(clients) else clients))
-        key = (ids, epochs, steps, stream)
+        rows = tuple(int(self.data.train_sizes[c]) for c in ids) if sizes is None else tuple(int(n) for n in sizes)
+        key = (ids, epochs, steps, stream, rows)
         cache = not cfg.shuffle and not limits
         if cache and key in self._plans:
             return self._plans[key]
-        sizes, offs = self.data.train_sizes, self.data.train_offsets
+        offs = self.data.train_offsets
         batches = []
-        for c in ids:
-            seq = plans.train_batches(int(sizes[c]), int(offs[c]), batch_size=cfg.batch_size, drop_last=cfg.drop_last,
+        for c, n in zip(ids, rows):
+            seq = plans.train_batches(n, int(offs[c]), batch_size=cfg.batch_size, drop_last=cfg.drop_last,
                                       shuffle=cfg.shuffle, seed=cfg.seed, t=t, client=c, epochs=epochs, steps=steps,
                                       stream=stream)
             batches.append(seq[:limits[c]] if limits and c in limits else seq)

@@ -6,12 +6,27 @@ modifiers first, is what makes them known. The FedALA paper's own name for FedAv
 
 from __future__ import annotations
 
-from . import ala, ditto, fedavg, fedlama, fedprox, fedrep, finetune, local, partialfed, perfedavg, pfedme
+from . import (
+    ala,
+    apple,
+    ditto,
+    fedavg,
+    fedfomo,
+    fedlama,
+    fedprox,
+    fedrep,
+    finetune,
+    local,
+    partialfed,
+    perfedavg,
+    pfedme,
+)
 from .registry import Look, register_alias, register_modifier, register_spec
 
 for _modifier in (ala.MODIFIER, finetune.MODIFIER):
     register_modifier(_modifier)
-for _spec in (fedavg.SPEC, fedprox.SPEC, local.SPEC, fedlama.SPEC, fedrep.SPEC, ditto.SPEC, perfedavg.SPEC, pfedme.SPEC,
-              partialfed.SPEC):
+# the FedALA paper's order: traditional FL, then its pFL baselines by category (its related work)
+for _spec in (fedavg.SPEC, fedprox.SPEC, local.SPEC, fedlama.SPEC, perfedavg.SPEC, fedrep.SPEC, pfedme.SPEC,
+              ditto.SPEC, fedfomo.SPEC, apple.SPEC, partialfed.SPEC):
     register_spec(_spec)
 register_alias("fedala", "fedavg+ala", Look("FedALA", "tab:blue"))

@@ -14,6 +14,7 @@ SELECT, TRAIN_ORDER, ALA_WINDOW, FINETUNE, MODEL_INIT = 1, 2, 3, 4, 5
 STRAGGLERS = 6  # which selected clients straggle (server draw) and how many steps each does (its own draw)
 HEAD_ORDER = 7  # FedRep: the batch order of the head's epochs
 PERFEDAVG_ADAPT = 10  # Per-FedAvg: the train batch of the one-step adaptation before evaluation
+FOMO_PICK = 30  # FedFomo: which M models a client downloads (ties of affinity, ε-exploration)
 # algorithms of your own: numbers from 100 on (Round.rng(client, purpose))
 SERVER = -1  # the "client" id of server-side draws
 
