@@ -54,3 +54,19 @@ def mean(models: dict[int, dict], sizes) -> dict:
     total = sum(sizes[c] for c in models)
     names = next(iter(models.values())).keys()
     return {k: sum(models[c][k] * (sizes[c] / total) for c in models) for k in names}
+
+
+def descend(m: torch.nn.Module, data, lr: float, loss):
+    """Plain SGD on any objective over ``data`` batches: p ← p − lr·∇ loss(m, x, y)."""
+    for xb, yb in data:
+        grads = torch.autograd.grad(loss(m, xb, yb), list(m.parameters()))
+        with torch.no_grad():
+            for p, g in zip(m.parameters(), grads):
+                p.sub_(lr * g)
+    return m
+
+
+def accuracy(template: torch.nn.Module, params: dict, x: torch.Tensor, y: torch.Tensor) -> int:
+    """How many of ``x`` the model ``params`` classifies right."""
+    with torch.no_grad():
+        return int((module(template, params)(x).argmax(1) == y).sum())

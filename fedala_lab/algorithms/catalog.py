@@ -6,11 +6,11 @@ modifiers first, is what makes them known. The FedALA paper's own name for FedAv
 
 from __future__ import annotations
 
-from . import ala, ditto, fedavg, fedlama, fedprox, fedrep, finetune, local
+from . import ala, ditto, fedamp, fedavg, fedlama, fedphp, fedprox, fedrep, finetune, local
 from .registry import Look, register_alias, register_modifier, register_spec
 
 for _modifier in (ala.MODIFIER, finetune.MODIFIER):
     register_modifier(_modifier)
-for _spec in (fedavg.SPEC, fedprox.SPEC, local.SPEC, fedlama.SPEC, fedrep.SPEC, ditto.SPEC):
+for _spec in (fedavg.SPEC, fedprox.SPEC, local.SPEC, fedlama.SPEC, fedrep.SPEC, ditto.SPEC, fedamp.SPEC, fedphp.SPEC):
     register_spec(_spec)
 register_alias("fedala", "fedavg+ala", Look("FedALA", "tab:blue"))
