@@ -17,7 +17,7 @@ from pfl_oracles import accuracy, batches, descend, mean, module, sgd, state
 
 from fedala_lab.algorithms.ala import blend
 from fedala_lab.engine.simulate import Simulation
-from fedala_lab.errors import RunCancelled
+from fedala_lab.errors import ConfigError, RunCancelled, TrainingDiverged
 
 COMMON = {"rounds": 2, "model": "mlp", "lr": 0.1, "batch_size": 4}
 
@@ -73,6 +73,11 @@ def test_fedamp_with_all_attention_on_itself_and_no_pull_is_local(ragged):
     for k in sim_l.param_names:
         assert torch.equal(sim_a.local_params[k], sim_l.local_params[k]), k
     assert a.clients["test_loss"].equals(loc.clients["test_loss"])
+
+
+def test_fedamp_divergence_names_the_proximal_weight(ragged):
+    with pytest.raises(TrainingDiverged, match="λ/α_K = 100"):
+        run_sim(small_cfg(**COMMON, algo="fedamp", fedamp_alpha=0.01, fedamp_lambda=1.0), ragged)
 
 
 def test_ala_blends_each_clients_cloud_model(ragged):
@@ -192,3 +197,20 @@ def test_resume_after_interruption_equals_uninterrupted(algo, ragged, tmp_path):
     resumed_sim = Simulation(cfg, ragged)
     assert resumed_sim.load_checkpoint(ckpt) and resumed_sim.round == 3
     assert_same_run(sim, full, resumed_sim, resumed_sim.run(progress=False))
+
+
+def test_fedphp_needs_a_model_of_blocks(ragged):
+    class Net(torch.nn.Module):  # no blocks to take the representation from
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(64, 4)
+
+        def forward(self, x):
+            return self.fc(x.flatten(1))
+
+    cfg = small_cfg(algo="fedphp", rounds=1)
+    with pytest.raises(ConfigError, match="FedPHP"):
+        Simulation(cfg, ragged, model=Net())
+    seq = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    _, run = run_sim(cfg, ragged, model=seq)  # an nn.Sequential: everything below its last layer
+    assert run.summary()["rounds"] == 1

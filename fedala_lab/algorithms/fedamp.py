@@ -119,6 +119,16 @@ class FedAMP(Algorithm):
         return Aggregated({}, len(senders) * self.setup.param_bytes())
 
 
+def _hint(cfg) -> str:
+    """The proximal step alone scales θ − u_i by 1 − lr·λ/α_K per step (FedProx's hint, with λ/α_K for μ)."""
+    pull = cfg.fedamp_lambda / cfg.fedamp_alpha
+    if pull * cfg.lr < 1:
+        return ""
+    return (f"FedAMP's proximal weight λ/α_K = {pull:g} is most likely too large for lr={cfg.lr:g}: each step scales "
+            f"θ − u_i by 1 − lr·λ/α_K = {1 - cfg.lr * pull:.3g}, which must stay within (−1, 1), so keep "
+            f"fedamp_lambda/fedamp_alpha < {1 / cfg.lr:g}")
+
+
 PARAMS = (
     Param("fedamp_alpha", 0.05, Float(0, lo_open=True), "FedAMP: α_K, the step of the attentive message "
           "passing: ξ_ij = α_K·exp(−‖w_i − w_j‖²/σ)/σ, the proximal weight is λ/α_K; α_K/σ ≤ 1/(N − 1) keeps "
@@ -129,6 +139,6 @@ PARAMS = (
           "the cloud model u_i (PFLlib's lamda = 1; 0: no pull)", short="λ"),
 )
 
-SPEC = make_spec("fedamp", FedAMP, label="FedAMP", params=PARAMS, colour="darkgoldenrod", line_style="--",
-                 category="personalised aggregation", tracks_clients=True, builtin=True,
+SPEC = make_spec("fedamp", FedAMP, label="FedAMP", params=PARAMS, colour="darkgoldenrod",
+                 category="personalised aggregation", tracks_clients=True, divergence_hint=_hint, builtin=True,
                  doc="Huang, Chu, Zhou, Wang, Liu, Pei & Zhang, AAAI 2021")
