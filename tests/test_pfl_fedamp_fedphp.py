@@ -53,9 +53,10 @@ def test_two_fedamp_rounds_are_its_paper(ragged):
         cloud[i] = {k: sum(xi[j] * w[j][k].double() for j in range(n)).float() for k in g0}
     assert all(0.2 < r[i] < 0.8 for i, r in xi_rows.items())  # a convex mixture, not Local
     for c in range(n):
+        trained = train(c, cloud[c])  # round 2: from u_i, pulled towards it
         for k, v in cloud[c].items():
             torch.testing.assert_close(sim.state.cloud[k][c], v, atol=1e-6, rtol=0)
-            torch.testing.assert_close(sim.state.models[k][c], train(c, cloud[c])[k], atol=1e-6, rtol=0)
+            torch.testing.assert_close(sim.state.models[k][c], trained[k], atol=1e-6, rtol=0)
         np.testing.assert_allclose(run.arrays[f"fedamp_xi/{c}/xi"][-1], xi_rows[c], atol=1e-6)
     # evaluated: the cloud model each client received, before its training
     _correct(sim.model, cloud, ragged, run.clients[run.clients["round"] == 2].reset_index())

@@ -42,6 +42,9 @@ paper (its later client adds ‖w − u_i‖ of detached tensors, which moves no
 - every client, selected or not, receives its u_i each round, so that every client is evaluated on a model
   built for it (the engine's ``initialise_all``); PFLlib sends to the selected clients only. Bytes: one
   model per client downloaded (each its own u_i), one per sender uploaded.
+
+With α_K → 0 every weight falls on the client itself (ξ_ii = 1, u_i = w_i), and with λ = 0 nothing pulls:
+FedAMP is then Local, bit for bit (tested; a λ > 0 would pull with λ/α_K → ∞).
 """
 
 from __future__ import annotations
@@ -73,13 +76,13 @@ def attention(models: dict[str, torch.Tensor], clients: torch.Tensor, peers: tor
 
     ξ_ij = (α/σ)·exp(−‖w_i − w_j‖²/σ) for the ``peers`` j ≠ i (a (N,) bool mask), 0 for the others, and
     ξ_ii = 1 − Σ_{j≠i} ξ_ij. Distances are over all parameters, in float64."""
-    n = len(peers)
+    rows = torch.arange(len(clients), device=clients.device)
     d2 = sum(torch.cdist(w[clients].flatten(1).double(), w.flatten(1).double(),
                          compute_mode="donot_use_mm_for_euclid_dist").square() for w in models.values())
-    others = peers.unsqueeze(0).expand(len(clients), n).clone()
-    others[torch.arange(len(clients)), clients] = False
+    others = peers.unsqueeze(0).repeat(len(clients), 1)
+    others[rows, clients] = False
     xi = torch.where(others, alpha / sigma * torch.exp(-d2 / sigma), torch.zeros_like(d2))
-    xi[torch.arange(len(clients)), clients] = 1 - xi.sum(1)
+    xi[rows, clients] = 1 - xi.sum(1)
     return xi
 
 
@@ -88,10 +91,11 @@ class FedAMP(Algorithm):
 
     def init_state(self, setup: Setup) -> FedAMPState:
         """Every w_i and u_i the initial model; nothing uploaded yet."""
-        return FedAMPState(personal_models(setup)[0], torch.zeros(setup.num_clients, dtype=torch.bool,
-                                                                  device=setup.device), personal_models(setup)[0])
+        fresh = torch.zeros(setup.num_clients, dtype=torch.bool, device=setup.device)
+        return FedAMPState(personal_models(setup)[0], fresh, personal_models(setup)[0])
 
     def initialise(self, rnd: Round, clients: torch.Tensor) -> Sent:
+        """Each client receives its own cloud model u_i (kept as its proximal anchor)."""
         st: FedAMPState = rnd.state
         if not st.fresh.any():  # round 1: nothing uploaded yet, everyone holds the initial model
             return rnd.send_global(clients)
@@ -104,6 +108,7 @@ class FedAMP(Algorithm):
         return Sent({}, len(clients) * self.setup.param_bytes(), rows=rows)
 
     def local_train(self, rnd: Round, work: Work) -> Trained:
+        """SGD from the model received, pulled towards u_i (not towards ALA's blend, under ``+ala``)."""
         c, cfg = work.clients, self.cfg
         prox = Proximal(cfg.fedamp_lambda / cfg.fedamp_alpha, "anchor", per_client=True)
         return rnd.train(c, work.plan, sgd=self.setup.sgd(objective=prox),

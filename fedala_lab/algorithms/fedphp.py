@@ -3,7 +3,7 @@ ECML-PKDD 2021): FedAvg, plus an inherited private model h_i per client — a mo
 trained models — that supervises the client's local training.
 
 Each selected client i, having received the global model (its local model, initialised as the method does:
-G, or ALA's Θ̂ with ``+ala``), in round t of T:
+G, or ALA's Θ̂ with ``+ala``), in round t:
 
     w_i ← E epochs of SGD on (1 − λ)·CE(w; x, y) + λ·MMD²(φ_w(x), φ_{h_i}(x)), sent to the server for FedAvg
     h_i ← μ_t·h_i + (1 − μ_t)·w_i,   μ_t = μ·min(t − 1, R)/R
@@ -18,7 +18,8 @@ numbers are not given: we could not check them against its text.
 
 Evaluated: each client's private model h_i (with the client's own buffers, batch-norm statistics) at the
 start of the round. PFLlib trains before it evaluates, and evaluates the trained model w_i (with ρ = 1),
-which is h_i at μ_t = 0: the same model, one round boundary later (tested).
+which is h_i at μ_t = 0: the same model, one round boundary later (tested). With ``+ala``, ALA replaces
+the local model's initialisation only; it reaches h_i through the models trained from there.
 
 As the public reference (PFLlib ``clientphp.py``, ``serverphp.py``): the loss, the MMD and its kernels, the
 moving average after local training (of the selected clients) and its schedule (PFLlib's rounds count from
@@ -116,12 +117,15 @@ class FedPHP(Algorithm):
         self.step = make_php_step(self.model, self.cfg.lr, self.cfg.fedphp_lambda, top_block_start(self.model, 1))
 
     def init_state(self, setup: Setup) -> FedPHPState:
+        """Every private model the initial one."""
         return FedPHPState(personal_models(setup)[0])
 
     def personalise(self, rnd: Round) -> dict:
+        """Evaluated: the private models h_i."""
         return {"params": rnd.state.params, "buffers": rnd.local_buffers}
 
     def local_train(self, rnd: Round, work: Work) -> Trained:
+        """SGD on FedPHP's objective, supervised by h_i; then h_i inherits the trained model."""
         c, h = work.clients, rnd.state.params
         carry = {**rnd.models(c), "h": {n: v[c] for n, v in h.items()}}
         out, aux = rnd.run_steps(self.step, carry, work.plan)
