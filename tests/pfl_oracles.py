@@ -75,3 +75,19 @@ def first_rows_batches(data, client: int, batch_size: int, rows: int, epochs: in
     x, y = data.client_train(client)
     n = rows // batch_size * batch_size
     return [(x[i:i + batch_size], y[i:i + batch_size]) for _ in range(epochs) for i in range(0, n, batch_size)]
+
+
+def descend(m: torch.nn.Module, data, lr: float, loss):
+    """Plain SGD on any objective over ``data`` batches: p ← p − lr·∇ loss(m, x, y)."""
+    for xb, yb in data:
+        grads = torch.autograd.grad(loss(m, xb, yb), list(m.parameters()))
+        with torch.no_grad():
+            for p, g in zip(m.parameters(), grads):
+                p.sub_(lr * g)
+    return m
+
+
+def accuracy(template: torch.nn.Module, params: dict, x: torch.Tensor, y: torch.Tensor) -> int:
+    """How many of ``x`` the model ``params`` classifies right."""
+    with torch.no_grad():
+        return int((module(template, params)(x).argmax(1) == y).sum())

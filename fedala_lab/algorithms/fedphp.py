@@ -1,0 +1,152 @@
+"""FedPHP (Li, Zhan, Shao, Li & Song, "FedPHP: Federated Personalization with Inherited Private Models",
+ECML-PKDD 2021): FedAvg, plus an inherited private model h_i per client — a moving average of the client's
+trained models — that supervises the client's local training.
+
+Each selected client i, having received the global model (its local model, initialised as the method does:
+G, or ALA's Θ̂ with ``+ala``), in round t:
+
+    w_i ← E epochs of SGD on (1 − λ)·CE(w; x, y) + λ·MMD²(φ_w(x), φ_{h_i}(x)), sent to the server for FedAvg
+    h_i ← μ_t·h_i + (1 − μ_t)·w_i,   μ_t = μ·min(t − 1, R)/R
+
+where φ is the model's representation, the output of the blocks below the top one (``model(x, stop=top)``;
+the body of PFLlib's base/head split), and MMD² the squared maximum mean discrepancy of the batch's two sets
+of features under the kernel k(a, b) = Σ_s exp(−‖a − b‖²/(2s)), s ∈ {10, 15, 20, 50}, averaged over all
+pairs of rows (PFLlib's ``MMD(..., 'rbf')``). h_i only supervises (no gradient reaches it); it starts as the
+initial model and is kept by the client (``FedPHPState``), never sent. μ_t grows linearly over R rounds
+(``fedphp_ramp``), so the private model inherits more of its past as training goes on. The paper's equation
+numbers are not given: we could not check them against its text.
+
+Evaluated: each client's private model h_i (with the client's own buffers, batch-norm statistics) at the
+start of the round. PFLlib trains before it evaluates, and evaluates the trained model w_i (with ρ = 1),
+which is h_i at μ_t = 0: the same model, one round boundary later (tested). With ``+ala``, ALA replaces
+the local model's initialisation only; it reaches h_i through the models trained from there.
+
+As the public reference (PFLlib ``clientphp.py``, ``serverphp.py``): the loss, the MMD and its kernels, the
+moving average after local training (of the selected clients) and its schedule (PFLlib's rounds count from
+0, hence t − 1), whose length R is PFLlib's number of rounds T: set ``fedphp_ramp`` = T for PFLlib's. Here R
+is a hyper-parameter of its own, default 50 (the teach preset's T), so that a run's first rounds never depend
+on how many follow: a shorter run is a prefix of a longer one, which the run store relies on to branch and
+extend runs. Defaults are ours, ``fedphp_mu`` μ = 0.9 and ``fedphp_lambda`` λ = 0.01: PFLlib's shared defaults
+(``mu`` = 0, ``lamda`` = 1) make h_i the trained model and drop the cross-entropy altogether, and we found no
+values of the FedALA paper's to use. Departures: one forward pass gives both the features and the
+output (PFLlib runs the body twice: equal without dropout or batch norm); the pairs of rows are weighted
+like every other local loss (padded rows of the vectorised backend count for nothing). With μ = λ = 0 it
+trains and aggregates as FedAvg, bit for bit (tested).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.func import functional_call, grad_and_value
+
+from ..compute.steps import weighted_ce
+from ..errors import ConfigError
+from ..models import BlockNet, top_block_start
+from ..params import Float, Int, Param
+from .base import Algorithm, Round, Setup, Trained, Work
+from .ditto import personal_models
+from .registry import make_spec
+
+BANDWIDTHS = (10.0, 15.0, 20.0, 50.0)  # PFLlib's "rbf" kernels
+
+
+def mmd(a: torch.Tensor, b: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Squared MMD of two batches of features (B, d) with PFLlib's Gaussian kernels, each pair of rows
+    weighted by w_r·w_s (w: 0/1 per row), i.e. the mean over the real rows' pairs."""
+
+    def sqdist(u, v):
+        return (u * u).sum(1)[:, None] + (v * v).sum(1)[None, :] - 2 * u @ v.T
+
+    def kernel(d):
+        return sum(torch.exp(-0.5 * d / bw) for bw in BANDWIDTHS)
+
+    k = kernel(sqdist(a, a)) + kernel(sqdist(b, b)) - 2 * kernel(sqdist(a, b))
+    return (k * w[:, None] * w[None, :]).sum() / (w.sum() ** 2).clamp_min(1.0)
+
+
+def make_php_step(model: nn.Module, lr: float, lam: float, top: int):
+    """One SGD step of FedPHP's local objective for one client (carry: ``params``, ``buffers``, ``h``)."""
+
+    def loss_fn(params, buffers, h, x, y, w):
+        if not lam:  # the term is off: FedAvg's step
+            return weighted_ce(functional_call(model, (params, buffers), (x,)), y, w)
+        feats = functional_call(model, (params, buffers), (x,), {"stop": top})
+        out = functional_call(model, (params, buffers), (feats,), {"start": top})
+        # h only supervises: a scratch copy of the buffers, so that batch norm's statistics update once
+        private = functional_call(model, (h, {k: b.clone() for k, b in buffers.items()}), (x,), {"stop": top})
+        return (1 - lam) * weighted_ce(out, y, w) + lam * mmd(feats, private, w)
+
+    g_and_v = grad_and_value(loss_fn)
+
+    def step(carry, shared, x, y, w):
+        params = carry["params"]
+        grads, loss = g_and_v(params, carry["buffers"], carry["h"], x, y, w)
+        return {"params": {n: p - lr * grads[n] for n, p in params.items()}}, loss.reshape(1)
+
+    return step
+
+
+def as_blocks(model: nn.Module) -> BlockNet:
+    """The model as a BlockNet (an ``nn.Sequential`` gets that view, its parameters' names unchanged), or a
+    ConfigError: FedPHP needs the representation below the top block."""
+    if isinstance(model, BlockNet):
+        return model
+    if isinstance(model, nn.Sequential):
+        return BlockNet(OrderedDict(model.named_children()))
+    raise ConfigError("model", type(model).__name__, "a BlockNet or an nn.Sequential for FedPHP, whose local "
+                      "objective compares the representations below the top block")
+
+
+@dataclass
+class FedPHPState:
+    """Each client's inherited private model h_i, (N, *shape) per parameter."""
+
+    params: dict[str, torch.Tensor]
+
+
+class FedPHP(Algorithm):
+    """FedAvg whose clients keep a moving average of their trained models and match its representation."""
+
+    def __init__(self, setup: Setup):
+        super().__init__(setup)
+        self.model = as_blocks(setup.model)
+        self.step = make_php_step(self.model, self.cfg.lr, self.cfg.fedphp_lambda, top_block_start(self.model, 1))
+
+    def init_state(self, setup: Setup) -> FedPHPState:
+        """Every private model the initial one."""
+        return FedPHPState(personal_models(setup)[0])
+
+    def personalise(self, rnd: Round) -> dict:
+        """Evaluated: the private models h_i."""
+        return {"params": rnd.state.params, "buffers": rnd.local_buffers}
+
+    def local_train(self, rnd: Round, work: Work) -> Trained:
+        """SGD on FedPHP's objective, supervised by h_i; then h_i inherits the trained model."""
+        c, h = work.clients, rnd.state.params
+        carry = {**rnd.models(c), "h": {n: v[c] for n, v in h.items()}}
+        out, aux = rnd.run_steps(self.step, carry, work.plan)
+        ramp = self.cfg.fedphp_ramp
+        mu = self.cfg.fedphp_mu * min(rnd.t - 1, ramp) / ramp
+        for n, v in h.items():
+            v[c] = mu * v[c] + (1 - mu) * out["params"][n]
+        return Trained(out["params"], out["buffers"], aux[..., 0], None, work.plan.sizes > 0)
+
+
+PARAMS = (
+    Param("fedphp_mu", 0.9, Float(0, 1), "FedPHP: μ, how much of itself the private model keeps once the ramp is "
+          "done: h ← μ_t·h + (1 − μ_t)·w with μ_t = μ·min(t − 1, R)/R (PFLlib's mu; 0: h is the trained model)",
+          short="μ"),
+    Param("fedphp_ramp", 50, Int(1, 100_000), "FedPHP: R, the rounds over which μ_t grows from 0 to μ (PFLlib: "
+          "the run's rounds; set it to them for PFLlib's schedule)"),
+    Param("fedphp_lambda", 0.01, Float(0, 1), "FedPHP: λ, the weight of the MMD between the local and the private "
+          "model's representations; the cross-entropy weighs 1 − λ (PFLlib's lamda; 0: FedAvg's local training)",
+          short="λ"),
+)
+
+SPEC = make_spec("fedphp", FedPHP, label="FedPHP", params=PARAMS, colour="teal", line_style="-.",
+                 category="personalised aggregation", builtin=True,
+                 doc="Li, Zhan, Shao, Li & Song, ECML-PKDD 2021")

@@ -1,0 +1,217 @@
+"""FedAMP and FedPHP (the FedALA paper's pFL baselines): two rounds of each ≡ a plain-torch transcription of its
+update, their oracles (FedAMP with every attention weight on the client itself and no pull ≡ Local; FedPHP at
+the FedAvg end, μ = λ = 0 ≡ FedAvg), the vectorised backend ≡ the loop, and +ALA on both (FedAMP's per-client
+cloud models blended per client)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import assert_same_run, run_sim, small_cfg
+from pfl_oracles import accuracy, batches, descend, mean, module, sgd, state
+
+from fedala_lab.algorithms.ala import blend
+from fedala_lab.engine.simulate import Simulation
+from fedala_lab.errors import ConfigError, RunCancelled, TrainingDiverged
+
+COMMON = {"rounds": 2, "model": "mlp", "lr": 0.1, "batch_size": 4}
+
+
+def _correct(template, params_of, data, round_rows):
+    """Each client's test-split count of right answers of its model ``params_of[c]``, next to the run's."""
+    for c in range(data.num_clients):
+        x, y = data.client_test(c)
+        assert accuracy(template, params_of[c], x, y) == round_rows["test_correct"].iloc[c], c
+
+
+# -- FedAMP --------------------------------------------------------------------------------------------
+
+
+def test_two_fedamp_rounds_are_its_paper(ragged):
+    cfg = small_cfg(**COMMON, algo="fedamp", fedamp_alpha=0.2, fedamp_sigma=2.0, fedamp_lambda=0.1, backend="loop")
+    sim, run = run_sim(cfg, ragged)
+    g0, n = state(sim.model), ragged.num_clients
+    alpha, sigma, pull = cfg.fedamp_alpha, cfg.fedamp_sigma, cfg.fedamp_lambda / cfg.fedamp_alpha
+
+    def train(c, u):  # from the model received, SGD on F_i(w) + (λ/(2α))‖w − u‖²
+        return state(sgd(module(sim.model, u), batches(ragged, c, cfg.batch_size), cfg.lr,
+                         extra=lambda k, p: pull * (p - u[k])))
+
+    w = {c: train(c, g0) for c in range(n)}  # round 1: nothing uploaded yet, everyone gets the initial model
+    flat = {c: torch.cat([v.flatten() for v in w[c].values()]).double() for c in w}
+    cloud, xi_rows = {}, {}
+    for i in range(n):
+        xi = {j: alpha / sigma * math.exp(-float((flat[i] - flat[j]) @ (flat[i] - flat[j])) / sigma)
+              for j in range(n) if j != i}
+        xi[i] = 1 - sum(xi.values())
+        xi_rows[i] = [xi[j] for j in range(n)]
+        cloud[i] = {k: sum(xi[j] * w[j][k].double() for j in range(n)).float() for k in g0}
+    assert all(0.2 < r[i] < 0.8 for i, r in xi_rows.items())  # a convex mixture, not Local
+    for c in range(n):
+        trained = train(c, cloud[c])  # round 2: from u_i, pulled towards it
+        for k, v in cloud[c].items():
+            torch.testing.assert_close(sim.state.cloud[k][c], v, atol=1e-6, rtol=0)
+            torch.testing.assert_close(sim.state.models[k][c], trained[k], atol=1e-6, rtol=0)
+        np.testing.assert_allclose(run.arrays[f"fedamp_xi/{c}/xi"][-1], xi_rows[c], atol=1e-6)
+    # evaluated: the cloud model each client received, before its training
+    _correct(sim.model, cloud, ragged, run.clients[run.clients["round"] == 2].reset_index())
+    assert all(torch.equal(sim.global_params[k], v) for k, v in g0.items())  # no global model
+    model_bytes = sim.setup.param_bytes()
+    assert run.rounds["bytes_down"].tolist() == [n * model_bytes] * 2  # one model per client
+    assert run.rounds["bytes_up"].tolist() == [n * model_bytes] * 2
+
+
+def test_fedamp_with_all_attention_on_itself_and_no_pull_is_local(ragged):
+    # α_K → 0 puts every weight on the client itself (ξ_ii = 1, u_i = w_i); λ = 0 removes the proximal pull
+    cfg = small_cfg(**{**COMMON, "rounds": 3}, shuffle=True, join_ratio=0.6)
+    sim_a, a = run_sim(cfg.replace(algo="fedamp", fedamp_alpha=1e-30, fedamp_lambda=0.0), ragged)
+    sim_l, loc = run_sim(cfg.replace(algo="local"), ragged)
+    for k in sim_l.param_names:
+        assert torch.equal(sim_a.local_params[k], sim_l.local_params[k]), k
+    assert a.clients["test_loss"].equals(loc.clients["test_loss"])
+
+
+def test_fedamp_divergence_names_the_proximal_weight(ragged):
+    with pytest.raises(TrainingDiverged, match="λ/α_K = 100"):
+        run_sim(small_cfg(**COMMON, algo="fedamp", fedamp_alpha=0.01, fedamp_lambda=1.0), ragged)
+
+
+def test_ala_blends_each_clients_cloud_model(ragged):
+    cfg = small_cfg(**{**COMMON, "rounds": 3}, algo="fedamp+ala", s=60, fedamp_alpha=0.2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sim = Simulation(cfg, ragged)
+        for t in (1, 2):
+            sim.run_round(t)
+            sim.round = t
+        rnd = sim.round_view(3)
+        sent = sim.algo.initialise(rnd, rnd.everyone)
+    st = sim.state
+    assert list(st.weights) == ["fc.weight", "fc.bias"] and bool(st.started.all())
+    cloud = st.inner.cloud
+    assert not torch.equal(cloud["fc1.1.weight"][0], cloud["fc1.1.weight"][1])  # a model per client
+    for k in ("fc1.1.weight", "fc2.0.bias"):  # below the top block: u_i received as it is (Eq. 4's "1")
+        assert torch.equal(sent.rows[k], cloud[k])
+    for k in ("fc.weight", "fc.bias"):  # the top block: the client's model blended with its own u_i
+        torch.testing.assert_close(sent.rows[k], blend(sim.local_params[k], cloud[k], st.weights[k]),
+                                   atol=0, rtol=0)
+    assert not torch.equal(sent.rows["fc.weight"], cloud["fc.weight"])  # W has learned
+    _, run = run_sim(cfg, ragged)
+    assert run.config.algorithm.label == "FedAMP+ALA" and len(run.ala) > 0
+    assert run.summary()["best_acc"] > 0
+
+
+# -- FedPHP --------------------------------------------------------------------------------------------
+
+
+def _mmd(x, y):
+    """PFLlib's MMD(x, y, 'rbf'), transcribed."""
+    xx, yy, zz = x @ x.T, y @ y.T, x @ y.T
+    rx, ry = xx.diag().unsqueeze(0).expand_as(xx), yy.diag().unsqueeze(0).expand_as(yy)
+    dxx, dyy, dxy = rx.T + rx - 2 * xx, ry.T + ry - 2 * yy, rx.T + ry - 2 * zz
+    k = [sum(torch.exp(-0.5 * d / a) for a in (10, 15, 20, 50)) for d in (dxx, dyy, dxy)]
+    return torch.mean(k[0] + k[1] - 2 * k[2])
+
+
+def test_two_fedphp_rounds_are_its_paper(ragged):
+    cfg = small_cfg(**COMMON, algo="fedphp", fedphp_mu=0.6, fedphp_lambda=0.3, fedphp_ramp=2,
+                    backend="loop")
+    sim, run = run_sim(cfg, ragged)
+    g, n, lam = state(sim.model), ragged.num_clients, cfg.fedphp_lambda
+    h = {c: g for c in range(n)}  # the private models start as the initial model
+
+    def body(m, x):  # the representation: every block below the top one
+        return m.fc2(m.fc1(x))
+
+    for t in (1, 2):
+        trained = {}
+        for c in range(n):
+            private = module(sim.model, h[c]).requires_grad_(False)
+            def loss(m, x, y, p=private):
+                return (1 - lam) * F.cross_entropy(m(x), y) + lam * _mmd(body(m, x), body(p, x))
+
+            trained[c] = state(descend(module(sim.model, g), batches(ragged, c, cfg.batch_size), cfg.lr, loss))
+        _correct(sim.model, h, ragged, run.clients[run.clients["round"] == t].reset_index())  # evaluated: h_i
+        mu = cfg.fedphp_mu * (t - 1) / cfg.fedphp_ramp
+        h = {c: {k: mu * h[c][k] + (1 - mu) * trained[c][k] for k in g} for c in range(n)}
+        g = mean(trained, ragged.train_sizes)
+    for k, v in g.items():
+        torch.testing.assert_close(sim.global_params[k], v, atol=1e-6, rtol=0)
+    for c in range(n):
+        for k, v in h[c].items():
+            torch.testing.assert_close(sim.state.params[k][c], v, atol=1e-6, rtol=0)
+
+
+def test_fedphp_at_the_fedavg_end_is_fedavg(ragged):
+    # μ = 0: the private model is the trained model itself; λ = 0: no MMD term
+    cfg = small_cfg(**{**COMMON, "rounds": 3}, shuffle=True, join_ratio=0.6)
+    sim_p, p = run_sim(cfg.replace(algo="fedphp", fedphp_mu=0.0, fedphp_lambda=0.0), ragged)
+    sim_f, f = run_sim(cfg.replace(algo="fedavg"), ragged)
+    for part in ("global_params", "local_params"):
+        for k, v in getattr(sim_f, part).items():
+            assert torch.equal(getattr(sim_p, part)[k], v), (part, k)
+    same = ["bytes_up", "bytes_down", "train_loss"]
+    assert p.rounds[same].equals(f.rounds[same])
+    last = f.clients[(f.clients["round"] == 3) & f.clients["selected"]]["client"].tolist()
+    for k, v in sim_f.local_params.items():  # h_i: the model client i trained last
+        assert torch.equal(sim_p.state.params[k][last], v[last]), k
+    # evaluated: h_i, which is FedAvg's local model after the client's last training (PFLlib's evaluation)
+    one, _ = run_sim(cfg.replace(algo="fedavg", rounds=1, join_ratio=1.0), ragged)
+    _, p2 = run_sim(cfg.replace(algo="fedphp", fedphp_mu=0.0, fedphp_lambda=0.0, rounds=2, join_ratio=1.0), ragged)
+    want = one.evaluate(one.local_params, one.local_buffers, "test")["correct"]
+    np.testing.assert_array_equal(p2.clients[p2.clients["round"] == 2]["test_correct"].to_numpy(), want)
+
+
+def test_ala_on_fedphp(ragged):
+    _, run = run_sim(small_cfg(**{**COMMON, "rounds": 3}, algo="fedphp+ala", s=60), ragged)
+    assert run.meta["ala_params"] == ["fc.weight", "fc.bias"] and len(run.ala) > 0
+    assert run.config.algorithm.label == "FedPHP+ALA" and run.summary()["best_acc"] > 0
+
+
+# -- both ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algo", ["fedamp", "fedphp"])
+def test_vectorised_equals_loop(algo, ragged):
+    cfg = small_cfg(algo=algo, **{**COMMON, "rounds": 3}, shuffle=True, join_ratio=0.6, drop_last=False,
+                    fedamp_alpha=0.2, fedphp_lambda=0.3, fedphp_mu=0.6, fedphp_ramp=2)
+    sim_v, v = run_sim(cfg, ragged)
+    sim_l, lo = run_sim(cfg.replace(backend="loop"), ragged)
+    np.testing.assert_allclose(v.clients["test_loss"], lo.clients["test_loss"], atol=1e-5)
+    for k in sim_l.param_names:
+        torch.testing.assert_close(sim_v.local_params[k], sim_l.local_params[k], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("algo", ["fedamp", "fedphp"])
+def test_resume_after_interruption_equals_uninterrupted(algo, ragged, tmp_path):
+    cfg = small_cfg(algo=algo, **{**COMMON, "rounds": 4}, checkpoint_every=2, shuffle=True, join_ratio=0.6)
+    sim, full = run_sim(cfg, ragged)
+    ckpt = tmp_path / "ckpt.pt"
+    with pytest.raises(RunCancelled), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        Simulation(cfg, ragged).run(progress=False, callback=lambda s, row: row["round"] < 3, checkpoint=ckpt)
+    resumed_sim = Simulation(cfg, ragged)
+    assert resumed_sim.load_checkpoint(ckpt) and resumed_sim.round == 3
+    assert_same_run(sim, full, resumed_sim, resumed_sim.run(progress=False))
+
+
+def test_fedphp_needs_a_model_of_blocks(ragged):
+    class Net(torch.nn.Module):  # no blocks to take the representation from
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(64, 4)
+
+        def forward(self, x):
+            return self.fc(x.flatten(1))
+
+    cfg = small_cfg(algo="fedphp", rounds=1)
+    with pytest.raises(ConfigError, match="FedPHP"):
+        Simulation(cfg, ragged, model=Net())
+    seq = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    _, run = run_sim(cfg, ragged, model=seq)  # an nn.Sequential: everything below its last layer
+    assert run.summary()["rounds"] == 1
