@@ -36,7 +36,7 @@ from .config import (
     with_settings_file,
 )
 from .errors import ConfigError, FedalaError, TrainingDiverged
-from .experiments.plans import SWEEPS, SweepSpec, axis_name, sweep_preset
+from .experiments.plans import PLAN_NAMES, SWEEPS, SweepSpec, axis_name, sweep_preset
 from .experiments.presets import preset
 from .experiments.runs import get_or_run
 from .experiments.sweeps import run_sweep
@@ -404,9 +404,10 @@ def _add_app(sub) -> None:
 
 def _add_figures(sub) -> None:
     p = sub.add_parser("figures", help="regenerate the paper's figures and tables from (cached) runs")
-    p.add_argument("--preset", choices=["quick", "mnist", "paper"], default="quick",
-                   help="quick: the teach data, minutes on a CPU; mnist: the shared MNIST partitions at a horizon a CPU "
-                        "affords (≤ 1 hour, figures/mnist/); paper: the shared MNIST partition, GPU scale")
+    p.add_argument("--preset", choices=list(PLAN_NAMES), default="quick",
+                   help="quick: the teach data, minutes on a CPU; mnist: the MNIST partitions at a horizon a CPU "
+                        "affords (≤ 1 hour, figures/mnist/); mnist-pfl: Tables 2–4 with every pFL baseline on MNIST "
+                        "Dir(0.1), shortened (figures/mnist-pfl/); paper: GPU scale")
     p.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(FIGURES)}")
     p.add_argument("--out", default=None, help="output folder (default: figures/ for quick, figures/<preset>/ "
                    "for the others, so they do not overwrite the committed quick figures)")

@@ -459,7 +459,18 @@ def test_figures_command_end_to_end(tmp_path, capsys):
         assert entry["paper"] in readme and entry["seconds"] >= 0
     assert "Fig. 4" in readme and "FedALA's trajectory ends at" in readme
     assert index["fig4"]["runs_total"] == 2 and "ala_after ∈ {" in index["fig4"]["configs"]
-    assert (out / "table2_accuracy.md").read_text().startswith("| method |")
+    table2 = (out / "table2_accuracy.md").read_text()
+    assert table2.startswith("| method |")
+    for label in ("Local", "Per-FedAvg", "FedRep", "pFedMe", "Ditto", "FedAMP", "FedPHP", "FedFomo", "APPLE",
+                  "PartialFed", "FedALA"):  # the paper's whole comparison
+        assert f"| {label} |" in table2, label
+    table3 = pd.read_csv(out / "table3_cost.csv").set_index("algo")
+    assert table3.loc["fedavg", "up"] == 1 and table3.loc["local", "total"] == 0
+    assert table3.loc["fedfomo", "down"] > 1 and table3.loc["apple", "down"] > 1  # several client models down
+    assert 0 < table3.loc["fedrep", "up"] < 1  # the body only
+    table4 = pd.read_csv(out / "applicability.csv")
+    assert sorted(table4["base"]) == sorted(["fedavg", "fedprox", "perfedavg", "fedrep", "pfedme", "ditto", "fedamp",
+                                             "fedphp", "partialfed"])
     capsys.readouterr()
     assert main(args[:1] + ["--only", "fig3,table6"] + args[1:]) == 0  # cached: nothing recomputed
     printed = capsys.readouterr().out
@@ -467,6 +478,18 @@ def test_figures_command_end_to_end(tmp_path, capsys):
     index2 = pd.read_json(out / "index.json", typ="series")["figures"]
     assert set(index2) == set(FIGURES)  # the other figures' entries are kept
     assert index2["fig3"]["runs_computed"] == 0
+
+
+def test_plans_name_the_papers_comparison():
+    from fedala_lab.experiments.plans import PAPER_METHODS, build_plan, with_ala
+
+    assert with_ala(("local", "fedavg", "fedavg-c", "ditto", "fedfomo", "fedala")) == ("fedavg", "fedala", "ditto",
+                                                                                       "ditto+ala")
+    if not SHARED_MNIST.is_dir():
+        pytest.skip("the MNIST partition is not on this machine")
+    plan = build_plan("mnist-pfl")
+    assert plan.settings == ("practical",) and plan.table_algos == PAPER_METHODS and plan.shortened
+    assert {c.algo for c in plan.ala_table().configs()} >= {"fedala", "fedrep+ala", "partialfed+ala"}
 
 
 def test_figures_command_errors(capsys):

@@ -266,6 +266,26 @@ def comparison_configs(base: RunConfig, *, tau0: int | None = None, phi: int | N
 # ------------------------------------------------------------------------------------------ paper plans
 
 
+# The methods of the FedALA paper's Table 2 (its traditional FL and pFL baselines, then FedALA), with Local, the
+# no-federation reference every personalised method should beat to be worth its communication.
+PAPER_METHODS = ("local", "fedavg", "fedprox", "fedavg-c", "fedprox-c", "perfedavg", "fedrep", "pfedme", "ditto",
+                 "fedamp", "fedphp", "fedfomo", "apple", "partialfed", "fedala")
+
+
+def with_ala(algos) -> tuple[str, ...]:
+    """Each method of ``algos`` that takes ALA, followed by itself with ALA (the paper's Table 4; FedAvg's is
+    FedALA), in order: ``("fedavg", "fedala", "fedprox", "fedprox+ala", …)``."""
+    from ..algorithms import registry
+
+    out = []
+    for a in algos:
+        alg = registry.resolve(a)
+        if alg.uses("ala") or alg.modifiers or "ala" not in alg.base.modifiers:
+            continue
+        out += [a, "fedala" if a == "fedavg" else f"{a}+ala"]
+    return tuple(out)
+
+
 @dataclass
 class Plan:
     """Everything the figures of one scale are computed from (all explicit, all overridable)."""
@@ -276,7 +296,7 @@ class Plan:
     pathological: RunConfig  # Table 2 column, Fig. 4
     seeds: tuple[int, ...]  # tables (paper: 5 runs)
     ablation_seeds: tuple[int, ...]
-    table_algos: tuple[str, ...] = ("fedavg", "fedprox", "fedavg-c", "fedala")
+    table_algos: tuple[str, ...] = PAPER_METHODS
     s_values: tuple[float, ...] = (5, 10, 20, 40, 80, 100)
     p_values: tuple[int, ...] = (1, 2, 3)
     fig2: dict = field(default_factory=dict)  # client, p, rounds (two rounds shown)
@@ -295,7 +315,8 @@ class Plan:
     recording: list[tuple[dict, dict]] = field(default_factory=list)
     shortened: bool = False  # a horizon far below the paper's: tables and findings say so
 
-    settings = ("pathological", "practical")  # the two data settings, in the order the figures show them
+    # the data settings the figures show, in their order (a plan may show the practical one only)
+    settings: tuple[str, ...] = ("pathological", "practical")
 
     def setting(self, which: str) -> RunConfig:
         return self.practical if which == "practical" else self.pathological
@@ -319,6 +340,11 @@ class Plan:
         return SweepSpec(self.setting(setting), (("algo", algos or self.table_algos),
                                                  ("seed", self.seeds if seeds is None else seeds)),
                          name=name or f"{self.name}-{setting}")
+
+    def ala_table(self, seeds: tuple[int, ...] | None = None) -> SweepSpec:
+        """The runs of Table 4: each of the table's methods that takes ALA, with and without it, on the
+        practical setting."""
+        return self.table("practical", with_ala(self.table_algos), seeds, name=f"{self.name}-ala")
 
     def ablation(self, param: str) -> SweepSpec:
         """The runs of Table 1 (``param="s"``) or Table 6 (``"p"``): FedALA on the practical setting, over
@@ -351,6 +377,11 @@ class Plan:
 # of the MNIST CNN is 20 clients × 582,026 float32 parameters + the global model ≈ 49 MB (p = 2's W adds 42 MB);
 # the preset's run store holds ≈ 1.9 GB (kept states and client 4's snapshots).
 MNIST_ROUNDS = 15
+# The pFL comparison on MNIST (plan "mnist-pfl"): 15 methods and 7 with ALA, one seed, Dir(0.1) only. Rounds
+# chosen so that the plan fits 90 minutes of a quiet 2-core CPU (its budget is measured in figures/mnist-pfl).
+MNIST_PFL_ROUNDS = 10
+PLAN_NAMES = ("quick", "mnist", "mnist-pfl", "paper")
+PLAN_NAMES_TEXT = "one of " + ", ".join(PLAN_NAMES)
 
 
 def _mnist_fig4(R: int, K: int | None = None, window: tuple[int, int] | None = None) -> dict:
@@ -399,7 +430,7 @@ def _mnist_recording(plan: Plan) -> list[tuple[dict, dict]]:
 
 def build_plan(preset_name: str = "quick", *, rounds: int | None = None, seeds: int | None = None,
                fig4: tuple[int, int, int] | None = None, device: str | None = None) -> Plan:
-    """The runs behind every figure of ``preset_name`` ("quick", "mnist" or "paper").
+    """The runs behind every figure of ``preset_name`` ("quick", "mnist", "mnist-pfl" or "paper").
 
     ``rounds`` replaces the number of rounds of every run except Fig. 4's; ``seeds`` the number of seeds
     (tables; ablations use at most as many); ``fig4=(K, first, last)`` replaces Fig. 4's protocol;
@@ -415,6 +446,9 @@ def build_plan(preset_name: str = "quick", *, rounds: int | None = None, seeds: 
       Runs are shared between figures and branched from one another (docs/design.md#run-store); Fig. 4's K
       is chosen from the pathological FedAvg run's curve (docs/design.md#loss-surface). Tables and
       findings are labelled as shortened.
+    - ``mnist-pfl``: the FedALA paper's whole comparison on the same MNIST Dir(0.1) partition and settings:
+      Tables 2 (its practical column), 3 and 4 with every pFL baseline, at :data:`MNIST_PFL_ROUNDS` rounds and
+      one seed (the budget below), labelled as shortened.
     - ``paper``: the FedALA repository's own MNIST Dir(0.1) partition (``preset("mnist-dir0.1")``, 2,000
       rounds, 5 seeds) with the 4-layer CNN, and torchvision MNIST pathological (``preset("mnist-pat")``)
       when its files are present; Fig. 4 as in the paper (K = 155, rounds 140–200, client 4). For a GPU.
@@ -470,10 +504,22 @@ def build_plan(preset_name: str = "quick", *, rounds: int | None = None, seeds: 
             # p = 1: W of the head, the table's FedALA run; client 8 holds one 0 and 3,599 ones
             fig2={"client": 8, "p": 1, "rounds": (2, None)}, fig3_client=8,
             fig4=_mnist_fig4(R), fig5_rounds=R, notes=notes, ablation_rounds=3, shortened=True,
-            figures=("table2", "fig2", "fig3", "fig4", "fig5", "table1", "table6", "data", "curves"),
+            # the hour's budget holds these four methods; the pFL baselines have their own plan (mnist-pfl)
+            table_algos=("fedavg", "fedprox", "fedavg-c", "fedala"),
+            figures=("table2", "table3", "fig2", "fig3", "fig4", "fig5", "table1", "table6", "data", "curves"),
+        )
+    elif preset_name == "mnist-pfl":
+        R = MNIST_PFL_ROUNDS
+        practical = preset("mnist-dir0.1", rounds=R, checkpoint_every=2)
+        plan = Plan(
+            name="mnist-pfl", base_name="mnist-dir0.1", practical=practical, pathological=practical,
+            seeds=(0,), ablation_seeds=(0,), settings=("practical",), shortened=True,
+            notes=[(f"shortened horizon: {R} rounds per run where the paper runs 2,000, one seed where it runs 5; "
+                    "accuracies are far from converged and not comparable to the paper's numbers")],
+            figures=("table2", "table3", "applicability"),
         )
     else:
-        raise ConfigError("preset", preset_name, "quick, mnist or paper")
+        raise ConfigError("preset", preset_name, PLAN_NAMES_TEXT)
 
     changes = {}
     if rounds is not None:
@@ -518,11 +564,11 @@ def build_plan(preset_name: str = "quick", *, rounds: int | None = None, seeds: 
 
 # Tables 7 and 2 of the paper as sweeps: the paper plan's tables, MNIST Dir(0.1) on the FedALA repository's
 # own partition and MNIST pathological (its data source chosen by presets.mnist_pathological_dataset),
-# 2,000 rounds, 5 seeds. Ditto is not implemented here.
+# 2,000 rounds, 5 seeds.
 SWEEPS = {
     "table7-mnist-dir0.1": (
         lambda: build_plan("paper").table("practical", name="table7-mnist-dir0.1"),
-        "Table 7: MNIST Dir(0.1), FedAvg/FedProx/FedAvg-C/FedALA × 5 seeds, 2000 rounds"),
+        "Table 7: MNIST Dir(0.1), every method of Table 2 × 5 seeds, 2000 rounds"),
     "table2-mnist-pat": (
         lambda: build_plan("paper").table("pathological", ("fedavg", "fedprox", "fedala"),
                                           name="table2-mnist-pat"),
