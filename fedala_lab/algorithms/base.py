@@ -22,6 +22,11 @@ A modifier wraps an algorithm (:class:`Wrapper`): ``+ala`` replaces the initiali
 evaluates a fine-tuned copy. Wrapped states compose: the wrapper's state holds the inner one as ``inner``.
 Algorithms are registered by name with their hyper-parameters in ``registry.py`` (docs/extending.md).
 
+One rule a hook must keep: round t may depend on the rounds before it, never on those after — not on
+``cfg.rounds`` (the run's total) either, since the run store continues a stored 50-round run to 100 rounds
+and takes a shorter run as the start of a longer one (a schedule takes its own length as a hyper-parameter,
+as FedPHP's ``fedphp_ramp``).
+
 Shapes: ``global_params[name]`` is the parameter's shape; ``local_params[name]`` is (N, *shape) for N
 clients; a per-client result for A clients is (A, *shape), rows in the order of the clients asked for.
 """
