@@ -361,7 +361,7 @@ def cmd_figures(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fedala-lab", description="Personalised federated learning: FedAvg, FedProx, FedALA.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for add in (_add_run, _add_data, _add_app, _add_figures, _add_sweep):
+    for add in (_add_run, _add_data, _add_app, _add_figures, _add_sweep, _add_methods):
         add(sub)
     return parser
 
@@ -374,6 +374,28 @@ def _add_run(sub) -> None:
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
     r.add_argument("--force", action="store_true", help="recompute even if the store has the run")
     r.set_defaults(func=cmd_run)
+
+
+def _add_methods(sub) -> None:
+    m = sub.add_parser("methods", help="list every algorithm: its name, paper, category, hyper-parameters, +ALA")
+    m.add_argument("--json", action="store_true", help="one JSON object per algorithm")
+    m.set_defaults(func=cmd_methods)
+
+
+def cmd_methods(args) -> int:
+    for row in registry.catalogue():
+        if args.json:
+            print(json.dumps(row))
+            continue
+        names = ", ".join([row["name"], *row["aliases"], *row["variants"]])
+        params = ", ".join(f"{k}={v!r}" for k, v in row["params"].items()) or "—"
+        print(f"{row['label']:<11} {row['category']:<26} {names}\n{'':<11} hyper-parameters: {params}"
+              + (f"\n{'':<11} {row['source']}" if row["source"] else ""))
+    if not args.json:
+        for name, what in (("ala", "ALA as the local initialisation"), ("finetune", "evaluate a fine-tuned copy")):
+            mod = registry.modifier(name)
+            print(f"modifier {mod.suffix}: {what} ({', '.join(p.name for p in mod.params)})")
+    return 0
 
 
 def _add_data(sub) -> None:

@@ -82,3 +82,17 @@ def test_data_command_writes_the_figure(tmp_path, capsys):
 
     counts = pd.read_csv(tmp_path / "counts.csv")
     assert counts["count"].sum() == 1797 and set(counts.columns) == {"client", "label", "count"}
+
+
+def test_methods_lists_every_algorithm(capsys):
+    assert main(["methods"]) == 0
+    out = capsys.readouterr().out
+    for label in ("FedAvg", "Per-FedAvg", "FedRep", "pFedMe", "Ditto", "FedAMP", "FedPHP", "FedFomo", "APPLE",
+                  "PartialFed", "FedLAMA", "Local"):
+        assert label in out, label
+    assert "ditto_lambda=0.1" in out and "modifier +ala" in out
+    assert main(["methods", "--json"]) == 0
+    import json
+
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {r["name"] for r in rows} >= {"fedfomo", "apple"} and "fedala" in rows[0]["aliases"]

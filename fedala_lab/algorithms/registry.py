@@ -336,6 +336,20 @@ def param_names() -> list[str]:
     return sorted(_PARAMS)
 
 
+def catalogue() -> list[dict]:
+    """Every registered algorithm as a row: name, label, category, the modified names it takes (``+ala``…),
+    its hyper-parameters with their defaults, and its source (``fedala-lab methods`` prints them)."""
+    rows = []
+    for spec in specs():
+        rows.append({"name": spec.name, "label": spec.label, "category": spec.category or "your own",
+                     "variants": [spec.name + _MODIFIERS[m].suffix for m in spec.modifiers],
+                     "params": {p.name: p.default for p in spec.params}, "source": spec.doc})
+    aliases = {a: target for a, (target, _) in _ALIASES.items()}
+    for row in rows:
+        row["aliases"] = [a for a, t in aliases.items() if _parse(t)[0].name == row["name"]]
+    return rows
+
+
 def look(name: str, i: int = 0) -> Look:
     """The label, colour and line style of the algorithm ``name``; for a name not registered (a legend
     label, an old run's algorithm): that name, the i-th colour of the default cycle."""
