@@ -31,6 +31,7 @@ IDS = [p.stem for p in NOTEBOOKS]
 
 EXPECTED = ["01_fedavg", "02_heterogeneity", "03_fedprox", "04_ala_module", "05_update_direction",
             "06_ablations"]
+PFL = ["08_pfl_methods"]
 HAS_FEDLAMA = (ROOT / "fedala_lab/algorithms/fedlama.py").is_file() and (ROOT / "fedala_lab/figures/fedlama.py").is_file()
 
 CELL_TIMEOUT = 150  # s, one cell (nbclient)
@@ -55,7 +56,7 @@ def _code(nb):
 
 
 def test_the_lecture_notebooks_are_there():
-    expected = EXPECTED + (["07_fedlama"] if HAS_FEDLAMA else [])
+    expected = EXPECTED + (["07_fedlama"] if HAS_FEDLAMA else []) + PFL
     assert IDS == expected
 
 
