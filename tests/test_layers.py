@@ -18,8 +18,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "fedala_lab"
 
 # The architecture, bottom up: module prefix -> floor.
 LAYERS = {
-    # 1: what everything may name: errors, the configs (with the algorithm registry), the version
+    # 1: what everything may name: errors, the configs (with the algorithm registry), the environment
+    # variables, the version
     "fedala_lab.errors": 1,
+    "fedala_lab.environ": 1,
     "fedala_lab.config": 1,
     "fedala_lab._version": 1,
     # 2: data and models; and compute/, the primitives the algorithms build on (derived random generators,
@@ -51,6 +53,7 @@ LAYERS = {
 # Imports between two units of one floor: (importer's unit, imported unit) -> why.
 SIDEWAYS = {
     ("fedala_lab.config", "fedala_lab.errors"): "a bad setting is a ConfigError",
+    ("fedala_lab.environ", "fedala_lab.errors"): "a bad environment variable is a ConfigError",
     ("fedala_lab.engine", "fedala_lab.record"): "a simulation returns a Run",
     ("fedala_lab.cli", "fedala_lab.webapp"): "`fedala-lab app` starts the app",
 }
