@@ -1,4 +1,5 @@
-"""Shared fixtures. Everything runs on CPU, offline, with tiny data made here or ../shared/data."""
+"""Shared fixtures. Everything runs on CPU, offline, with tiny data made here or, where present, the FedALA
+repository's MNIST Dir(0.1) partition (tests that need it skip without it)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ import numpy as np
 import pytest
 import torch
 
-# next to the checkout (or $FEDALA_LAB_SHARED_DATA), else where these machines keep it for a clone elsewhere
+# where the presets look (experiments/presets.py: mnist_partition_dir): $FEDALA_LAB_MNIST_PARTITION, else
+# $FEDALA_LAB_SHARED_DATA/fedala-mnist-dir0.1, else a shared/data folder beside the checkout
 SHARED_MNIST = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "fedala-mnist-dir0.1"
-if os.environ.get("FEDALA_LAB_SHARED_DATA"):
+if os.environ.get("FEDALA_LAB_MNIST_PARTITION"):
+    SHARED_MNIST = Path(os.environ["FEDALA_LAB_MNIST_PARTITION"])
+elif os.environ.get("FEDALA_LAB_SHARED_DATA"):
     SHARED_MNIST = Path(os.environ["FEDALA_LAB_SHARED_DATA"]) / "fedala-mnist-dir0.1"
-elif not SHARED_MNIST.is_dir():
-    SHARED_MNIST = Path("/work/shared/data/fedala-mnist-dir0.1")
 
 # the lecture app's settings in its tests (test_app.py, test_app_e2e.py): 10 clients, seconds per run
 APP_SMALL = {

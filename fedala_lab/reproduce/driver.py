@@ -1,8 +1,8 @@
 """The figure driver, ``fedala-lab figures``: plan → runs → analysis → Displays → files, and their index.
 
     fedala-lab figures                                   # quick preset: the teach data, minutes on a laptop CPU
-    fedala-lab figures --preset mnist                    # the shared MNIST data, ≤ 1 hour of a CPU → figures/mnist/
-    fedala-lab figures --preset paper                    # GPU scale, the shared MNIST data → figures/paper/
+    fedala-lab figures --preset mnist                    # the paper's MNIST data, ≤ 1 hour of a CPU → figures/mnist/
+    fedala-lab figures --preset paper                    # GPU scale, the paper's MNIST data → figures/paper/
     fedala-lab figures --only fig4,table2 --no-progress
 
 Every run comes from the run store (:func:`~fedala_lab.experiments.runs.get_or_run`, through one
