@@ -1,5 +1,5 @@
-"""How many cores a run may use, and forward passes spread over Python threads on a CPU, bit for bit as in
-one thread.
+"""How many cores a run may use, forward passes spread over Python threads on a CPU, bit for bit as in one
+thread, and starting processes without re-running the caller's script (:func:`main_not_rerun`).
 
 Why (docs/design.md#performance): a run on a CPU uses one torch thread per process, and the workers
 backend trains in worker processes; evaluation and ALA's feature pass run in the main process, which would

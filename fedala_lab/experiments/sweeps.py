@@ -25,6 +25,12 @@ A sweep is resumable: runs already in the store are skipped (same config hash â‡
 that was interrupted resumes from its checkpoint (:func:`~fedala_lab.experiments.runs.get_or_run`). Grid
 points whose configs share a key (``p`` does not change a FedAvg run) run once and are counted at every
 point.
+
+Nothing is lost or left hanging: a diverged run is a grid point with status "diverged" (in the table too,
+without accuracy), a run that fails comes back with its own message from whichever process ran it, and
+settings that cannot work (a GPU per run where there is none, an address where no Ray answers) are refused
+before anything starts. The pool's processes start without re-running the caller's script, so a script
+or notebook cell without ``if __name__ == "__main__":`` can run a sweep.
 """
 
 from __future__ import annotations
