@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 from numpy.lib import format as npformat
 
+from ..config import POOL_PREFIX
 from ..errors import DataError, UnsafeFileError
 
 try:  # numpy >= 2 keeps the implementation in numpy._core
@@ -291,6 +292,15 @@ def _client_files(directory: Path, split: str) -> dict[int, Path]:
             if m and int(m.group(1)) not in found:
                 found[int(m.group(1))] = p
     return found
+
+
+def dataset_label(dataset: str) -> str:
+    """A dataset name as text for indexes and notes: a partition folder by its name only
+    (``pfllib:…/fedala-mnist-dir0.1``), since the folder is this machine's, not the result's."""
+    for prefix in ("pfllib:", POOL_PREFIX):
+        if dataset.startswith(prefix) and len(dataset) > len(prefix):
+            return f"{prefix}…/{Path(dataset[len(prefix):]).name}"
+    return dataset
 
 
 def _read_client(path: Path, client: int) -> tuple[np.ndarray, np.ndarray]:

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import SETTING_NAMES, RunConfig, merge_settings, read_config_file
+from ..data.pfllib import dataset_label
 from ..errors import ConfigError
-from .presets import dataset_label, preset
+from .presets import preset
 
 # ------------------------------------------------------------------------------------------------ sweeps
 

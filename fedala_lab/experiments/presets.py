@@ -34,15 +34,6 @@ def mnist_partition_dir() -> str:
     return str(folder)
 
 
-def dataset_label(dataset: str) -> str:
-    """A dataset name as text for indexes and notes: a partition folder by its name only
-    (``pfllib:…/fedala-mnist-dir0.1``), since the folder is this machine's, not the result's."""
-    for prefix in ("pfllib:", POOL_PREFIX):
-        if dataset.startswith(prefix) and len(dataset) > len(prefix):
-            return f"{prefix}…/{Path(dataset[len(prefix):]).name}"
-    return dataset
-
-
 def mnist_pathological_dataset(root: str | None = None) -> str:
     """Where MNIST pathological comes from: torchvision's MNIST files when present (the paper's source),
     else every image of the MNIST Dir(0.1) partition pooled and re-partitioned (``pfllib-pool:<dir>``; it

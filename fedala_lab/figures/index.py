@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from ..config import RunConfig
-from ..experiments.presets import dataset_label
+from ..data.pfllib import dataset_label
 
 
 def describe_configs(cfgs: list[RunConfig], base: RunConfig, base_name: str) -> str:
