@@ -32,7 +32,8 @@ import torch
 
 from fedala_lab.data.federated import FederatedData
 from fedala_lab.engine.simulate import Simulation
-from fedala_lab.experiments.presets import preset, shared_mnist_dir
+from fedala_lab.errors import DataError
+from fedala_lab.experiments.presets import check_partition, preset
 
 HERE = Path(__file__).resolve().parent
 BUSY = "while True:\n    pass\n"
@@ -63,10 +64,13 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-write", action="store_true", help="print only, do not append to results.md")
     args = ap.parse_args(argv)
-    if not Path(shared_mnist_dir()).is_dir():
-        sys.exit(f"the shared MNIST partition is not at {shared_mnist_dir()} (set $FEDALA_LAB_SHARED_DATA)")
+    cfg = preset("mnist-dir0.1")
+    try:
+        check_partition(cfg)
+    except DataError as err:
+        sys.exit(str(err))
 
-    full = FederatedData.from_config(preset("mnist-dir0.1").data)
+    full = FederatedData.from_config(cfg.data)
     data = subset(full, args.clients)
     base = preset("mnist-dir0.1", algo="fedavg", rounds=1, num_clients=args.clients, record_train_loss=False,
                   checkpoint_every=0, device="cpu", backend="loop")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -35,9 +34,10 @@ from .config import (
     unknown_setting,
     with_settings_file,
 )
+from .environ import check_environment
 from .errors import ConfigError, FedalaError, TrainingDiverged
 from .experiments.plans import PLAN_NAMES, SWEEPS, SweepSpec, axis_name, sweep_preset
-from .experiments.presets import preset
+from .experiments.presets import check_partition, preset
 from .experiments.runs import get_or_run
 from .experiments.sweeps import run_sweep
 from .record.run import json_safe
@@ -151,6 +151,7 @@ def cmd_run(args) -> int:
     cfgs = _configs_from_args(args)
     store = RunStore(args.store)
     results, failed = [], []
+    check_partition(cfgs[0])  # the paper's MNIST partition, when missing: where it comes from
 
     data = FederatedData.from_config(cfgs[0].data, resolve_device(cfgs[0].device))
     for cfg in cfgs:
@@ -251,15 +252,22 @@ def _sweep_spec(args) -> SweepSpec:
     cfg, changes = _base_and_changes(args, spec.base)  # applied after the clash check below
 
     axes = {}
-    if args.algos:
-        axes["algo"] = [a.strip() for a in args.algos.split(",") if a.strip()]
+
+    def add_axis(name, values, flag):
+        if name in axes:  # the second would replace the first, a grid other than the one asked for
+            raise FedalaError(f"{flag} gives the axis {name} a second time: give all its values at once "
+                              f"(--grid {name}=V1,V2,…)")
+        axes[name] = values
+
+    if args.algos is not None:
+        add_axis("algo", parse_values(args.algos, "algos"), "--algos")
     for item in args.grid:
         if "=" not in item:
             raise FedalaError(f"--grid {item!r}: expected AXIS=V1,V2,… (e.g. --grid p=1,2,3)")
         a, v = item.split("=", 1)
-        axes[axis_name(a)] = parse_values(v, a.strip())
-    if args.seeds:  # last, so that seeds vary fastest: a half-finished sweep has whole settings
-        axes["seed"] = parse_values(args.seeds, "seeds")
+        add_axis(axis_name(a), parse_values(v, a.strip()), f"--grid {item!r}")
+    if args.seeds is not None:  # last, so that seeds vary fastest: a half-finished sweep has whole settings
+        add_axis(axis_name("seed"), parse_values(args.seeds, "seeds"), "--seeds")
     grid_axes = set(spec.axes) | set(axes)
     clash = sorted(k for k in changes if k in grid_axes)
     if clash:
@@ -301,7 +309,7 @@ def cmd_sweep(args) -> int:
         try:
             workers = int(workers)
         except ValueError:
-            raise ConfigError("workers", workers, "a positive integer or auto") from None
+            raise ConfigError("workers", workers, "a whole number >= 1 or auto") from None
     result = run_sweep(spec, store=store, workers=workers, ray=args.ray, ray_address=args.ray_address,
                        shared_store=True if args.shared_store else None, threads=args.threads,
                        gpus_per_run=args.gpus_per_run, force=args.force,
@@ -310,7 +318,7 @@ def cmd_sweep(args) -> int:
     table = sweep_table(result, by)
     if args.json:
         for rec in table.to_dict(orient="records"):
-            print(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in rec.items()}))
+            print(json.dumps(json_safe(rec), allow_nan=False))
     else:
         print(f"sweep {spec.name}: {len(pairs)} grid points, {n_unique} distinct runs "
               f"({result.computed} computed, {n_unique - result.computed - len(result.failed)} from the store), "
@@ -320,9 +328,13 @@ def cmd_sweep(args) -> int:
         for p in save_sweep(result, args.out, by):
             if not args.json:
                 print(f"wrote {p}")
+    # every diverged or failed run is one line on stderr and makes the exit code 2 (stdout: the table only)
+    names = {c.key(): store.name_for(c) for _, c in pairs}
+    for k, msg in result.diverged.items():
+        sys.stderr.write(f"fedala-lab: error: run {names[k]} diverged: {msg}\n")
     for k, msg in result.failed.items():
-        sys.stderr.write(f"fedala-lab: run {k} failed: {msg}\n")
-    return 1 if result.failed else 0
+        sys.stderr.write(f"fedala-lab: error: run {names[k]} failed: {msg}\n")
+    return 2 if result.failed or result.diverged else 0
 
 
 # ----------------------------------------------------------------------------------------------- figures
@@ -333,7 +345,7 @@ def cmd_figures(args) -> int:
         for k, s in FIGURES.items():
             print(f"{k:<14} {s.paper:<34} {s.title}")
         return 0
-    only = [k.strip() for k in args.only.split(",") if k.strip()] if args.only else None
+    only = [k.strip() for k in args.only.split(",") if k.strip()] if args.only is not None else None
     formats = tuple(f.strip().lower().lstrip(".") for f in args.formats.split(",") if f.strip())
     bad = [f for f in formats if f not in ("png", "pdf", "svg")]
     if bad or not formats:
@@ -485,6 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        check_environment()  # a bad $FEDALA_LAB_… is refused before any work, whatever the command
         return args.func(args)
     except FedalaError as err:
         sys.stderr.write(f"fedala-lab: error: {err}\n")

@@ -11,6 +11,18 @@ from __future__ import annotations
 class FedalaError(Exception):
     """Base class of the errors fedala_lab raises on purpose (bad input, bad files, diverged runs)."""
 
+    def __reduce__(self):
+        # Rebuilt without calling __init__, whose arguments differ from the message in the subclasses: an
+        # error raised in a worker process (a sweep's pool) must come back whole, not as a broken pool.
+        return _rebuild, (type(self), self.args, self.__dict__)
+
+
+def _rebuild(cls, args, state):
+    err = cls.__new__(cls, *args)
+    err.args = args
+    err.__dict__.update(state)
+    return err
+
 
 class ConfigError(FedalaError, ValueError):
     """A configuration value is out of range or unknown. ``field`` names it."""

@@ -1,4 +1,5 @@
-"""Shared fixtures. Everything runs on CPU, offline, with tiny data made here or ../shared/data."""
+"""Shared fixtures. Everything runs on CPU, offline, with tiny data made here or, where present, the FedALA
+repository's MNIST Dir(0.1) partition (tests that need it skip without it)."""
 
 from __future__ import annotations
 
@@ -17,15 +18,11 @@ import torch
 
 
 def _shared_mnist() -> Path:
-    """The real MNIST Dir(0.1) partition some tests read: in ``$FEDALA_LAB_SHARED_DATA``, else in a
-    ``shared/data`` folder beside the checkout or beside any folder above it (tests needing it skip without)."""
-    if os.environ.get("FEDALA_LAB_SHARED_DATA"):
-        return Path(os.environ["FEDALA_LAB_SHARED_DATA"]) / "fedala-mnist-dir0.1"
-    for up in Path(__file__).resolve().parents[1].parents:
-        found = up / "shared" / "data" / "fedala-mnist-dir0.1"
-        if found.is_dir():
-            return found
-    return Path("shared") / "data" / "fedala-mnist-dir0.1"  # absent: the tests that need it skip
+    """The real MNIST Dir(0.1) partition some tests read, where the presets look for it
+    (experiments/presets.py: mnist_partition_dir); tests that need it skip without it."""
+    from fedala_lab.experiments.presets import mnist_partition_dir
+
+    return Path(mnist_partition_dir())
 
 
 SHARED_MNIST = _shared_mnist()

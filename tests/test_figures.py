@@ -519,7 +519,7 @@ def test_runs_with_the_same_label_stay_separate_lines(tmp_path):
 
 
 def _tiny_mnist(src, dest, n_train=10, n_test=5):
-    """The shared MNIST Dir(0.1) partition cut to each client's first rows, in the FedALA repository's layout."""
+    """The MNIST Dir(0.1) partition cut to each client's first rows, in the FedALA repository's layout."""
     from fedala_lab.data.pfllib import load_pfllib
 
     splits = load_pfllib(src)
@@ -566,7 +566,7 @@ def test_mnist_plan_budget_and_shape():
 
 def _mnist_cut(tmp_path, monkeypatch):
     _tiny_mnist(SHARED_MNIST, tmp_path / "shared" / "fedala-mnist-dir0.1")
-    monkeypatch.setenv("FEDALA_LAB_SHARED_DATA", str(tmp_path / "shared"))
+    monkeypatch.setenv("FEDALA_LAB_MNIST_PARTITION", str(tmp_path / "shared" / "fedala-mnist-dir0.1"))
     monkeypatch.setenv("FEDALA_LAB_DATA", str(tmp_path / "no-torchvision"))  # MNIST pathological: the cut pooled
 
 

@@ -19,9 +19,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "fedala_lab"
 # The architecture, bottom up: module prefix -> floor.
 LAYERS = {
     # 1: what everything may name: errors, declared parameters (a setting's default, range and meaning), the
-    # version
+    # environment variables, the version
     "fedala_lab.errors": 1,
     "fedala_lab.params": 1,
+    "fedala_lab.environ": 1,
     "fedala_lab._version": 1,
     # 2: data (with its config) and models; and compute/, the primitives the algorithms build on (derived random
     # generators, batch plans, the per-client step functions and the backends that run them over clients)
@@ -54,6 +55,7 @@ LAYERS = {
 # Imports between two units of one floor: (importer's unit, imported unit) -> why.
 SIDEWAYS = {
     ("fedala_lab.params", "fedala_lab.errors"): "a bad setting is a ConfigError",
+    ("fedala_lab.environ", "fedala_lab.errors"): "a bad environment variable is a ConfigError",
     ("fedala_lab.engine", "fedala_lab.record"): "a simulation returns a Run",
     ("fedala_lab.cli", "fedala_lab.webapp"): "`fedala-lab app` starts the app",
 }

@@ -75,7 +75,9 @@ def cost_table(runs: Iterable[Run]) -> pd.DataFrame:
 
 
 def format_mean_std(mean: float, std: float, digits: int = 2) -> str:
-    """``98.81 ± 0.01`` (or just the mean when there is one seed)."""
+    """``98.81 ± 0.01`` (or just the mean when there is one seed, "—" when there is none)."""
+    if mean is None or (isinstance(mean, float) and np.isnan(mean)):
+        return "—"
     if std is None or (isinstance(std, float) and np.isnan(std)):
         return f"{mean:.{digits}f}"
     return f"{mean:.{digits}f} ± {std:.{digits}f}"
@@ -136,25 +138,42 @@ def format_seed_table(table: pd.DataFrame, digits: int = 1) -> pd.DataFrame:
 
 def sweep_table(result, by: Iterable[str] | None = None) -> pd.DataFrame:
     """A sweep's :func:`accuracy_table`: mean ± std over seeds per row of ``by`` (default: the spec's
-    ``table_by()``), from its completed grid points only (diverged ones stay listed in ``result.frame``).
+    ``table_by()``) of its completed grid points, and a ``status`` per row: "complete", or which of its seeds
+    diverged ("diverged", "diverged in 1 of 3 seeds"). A row whose seeds all diverged stays in the table,
+    without accuracies (NaN) and with ``n_seeds`` 0: a diverged setting is a result, never dropped.
 
     ``result``: a :class:`~fedala_lab.experiments.sweeps.SweepResult`.
     """
-    frame = result.frame
-    ok = frame[frame["status"] == "complete"] if len(frame) else frame
-    return accuracy_table(ok, by=list(by or result.spec.table_by()))
+    frame, by = result.frame, list(by or result.spec.table_by())
+    if not len(frame):
+        return accuracy_table(frame, by=by).assign(status=pd.Series(dtype=object))
+    table = accuracy_table(frame[frame["status"] == "complete"], by=by)
+    status = frame.groupby(by, sort=False, dropna=False)["status"].agg(_group_status).reset_index()
+    table = status.merge(table, on=by, how="left")  # every group, in the grid's order
+    table["n_seeds"] = table["n_seeds"].fillna(0).astype(int)
+    return table[[*by, "best_mean", "best_std", "final_mean", "final_std", "n_seeds", "status"]]
+
+
+def _group_status(statuses: pd.Series) -> str:
+    bad = int((statuses != "complete").sum())
+    if not bad:
+        return "complete"
+    return "diverged" if bad == len(statuses) else f"diverged in {bad} of {len(statuses)} seeds"
 
 
 def table_markdown(table: pd.DataFrame, by: Iterable[str] | None = None, digits: int = 2) -> str:
     """An :func:`accuracy_table` as GitHub Markdown: its ``by`` columns (default: those before the
-    statistics), best and final accuracy as mean ± std (std left out for one seed), the seeds."""
+    statistics), best and final accuracy as mean ± std (std left out for one seed, "—" without a run), the
+    seeds, and a sweep table's ``status`` when a row is not complete."""
     by = list(by) if by is not None else list(table.columns[: list(table.columns).index("best_mean")])
-    head = [*by, "best acc %", "final acc %", "seeds"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * len(by) + ["---:"] * 3) + "|"]
+    status = "status" in table and bool((table["status"] != "complete").any())
+    head = [*by, "best acc %", "final acc %", "seeds"] + (["status"] if status else [])
+    lines = ["| " + " | ".join(head) + " |",
+             "|" + "|".join(["---"] * len(by) + ["---:"] * 3 + (["---"] if status else [])) + "|"]
     for _, r in table.iterrows():
         cells = [str(r[b]) for b in by] + [format_mean_std(r["best_mean"], r["best_std"], digits),
                                            format_mean_std(r["final_mean"], r["final_std"], digits),
-                                           str(int(r["n_seeds"]))]
+                                           str(int(r["n_seeds"]))] + ([str(r["status"])] if status else [])
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

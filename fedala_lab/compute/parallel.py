@@ -1,5 +1,5 @@
-"""How many cores a run may use, and forward passes spread over Python threads on a CPU, bit for bit as in
-one thread.
+"""How many cores a run may use, forward passes spread over Python threads on a CPU, bit for bit as in one
+thread, and starting processes without re-running the caller's script (:func:`main_not_rerun`).
 
 Why (docs/design.md#performance): a run on a CPU uses one torch thread per process, and the workers
 backend trains in worker processes; evaluation and ALA's feature pass run in the main process, which would
@@ -21,15 +21,18 @@ Two rules keep this exact and safe:
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-ENV_WORKERS = "FEDALA_LAB_WORKERS"
-ENV_FORWARD_THREADS = "FEDALA_LAB_FORWARD_THREADS"
+from ..environ import FORWARD_THREADS as ENV_FORWARD_THREADS
+from ..environ import WORKERS as ENV_WORKERS
+from ..environ import env_count
 
 
 def available_cpus() -> int:
@@ -41,25 +44,44 @@ def available_cpus() -> int:
 
 
 def default_workers() -> int:
-    """``$FEDALA_LAB_WORKERS`` if set (a sweep running k runs at once sets cores ÷ k), else one per core."""
-    env = os.environ.get(ENV_WORKERS, "").strip()
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            pass
-    return available_cpus()
+    """``$FEDALA_LAB_WORKERS`` if set (a sweep running k runs at once sets cores ÷ k), else one per core. A
+    value other than a whole number >= 1 is refused (ConfigError naming the variable), never ignored."""
+    return env_count(ENV_WORKERS) or available_cpus()
 
 
 def forward_threads(device: torch.device | str = "cpu") -> int:
     """How many threads a forward pass may use here: one per worker (cores, or ``$FEDALA_LAB_WORKERS``) on a
-    CPU when torch runs one thread per process, else 1. ``$FEDALA_LAB_FORWARD_THREADS=1`` turns them off
-    (benchmarks compare with and without; results are the same either way)."""
+    CPU when torch runs one thread per process, else 1. ``$FEDALA_LAB_FORWARD_THREADS=n`` allows at most n
+    (1 turns them off: benchmarks compare with and without; results are the same either way)."""
+    cap = env_count(ENV_FORWARD_THREADS)  # read first, so that a bad value is refused on every device
     if torch.device(device).type != "cpu" or torch.get_num_threads() != 1:
         return 1
-    if os.environ.get(ENV_FORWARD_THREADS, "").strip() == "1":
-        return 1
-    return default_workers()
+    return min(cap or default_workers(), default_workers())
+
+
+@contextlib.contextmanager
+def main_not_rerun():
+    """Start processes (spawned) without re-running the caller's script in them.
+
+    A spawned process imports the parent's ``__main__`` (by path or module name) before its target runs: a
+    script without ``if __name__ == "__main__":`` would start its work again in every process, and
+    multiprocessing stops that with a RuntimeError ("… bootstrapping phase"). Processes whose target and
+    arguments are fedala_lab's need nothing of ``__main__``, so its file and spec are hidden while they
+    start, and restored at once.
+    """
+    main = sys.modules.get("__main__")
+    with _MAIN_LOCK:
+        saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+        try:
+            for k in saved:
+                setattr(main, k, None) if k == "__spec__" else delattr(main, k)
+            yield
+        finally:
+            for k, v in saved.items():
+                setattr(main, k, v)
+
+
+_MAIN_LOCK = threading.Lock()
 
 
 def thread_map(fn: Callable, items: Iterable, *, threads: int, per_thread: Callable, ctx=None) -> list:
@@ -83,4 +105,5 @@ def thread_map(fn: Callable, items: Iterable, *, threads: int, per_thread: Calla
         return list(pool.map(run, items))
 
 
-__all__ = ["ENV_FORWARD_THREADS", "ENV_WORKERS", "available_cpus", "default_workers", "forward_threads", "thread_map"]
+__all__ = ["ENV_FORWARD_THREADS", "ENV_WORKERS", "available_cpus", "default_workers", "forward_threads", "main_not_rerun",
+           "thread_map"]

@@ -49,8 +49,6 @@ import copy
 import os
 import pickle
 import signal
-import sys
-import threading
 import time
 import traceback
 import weakref
@@ -62,7 +60,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .backends import BatchPlan, LoopBackend
-from .parallel import default_workers
+from .parallel import default_workers, main_not_rerun
 from .steps import SGD, weighted_ce
 
 
@@ -218,7 +216,7 @@ class WorkerPool:
         if self._procs:
             return
         ctx = _context()
-        with _main_not_rerun():
+        with main_not_rerun():  # never re-run the caller's script in the workers
             for r in range(self.size):
                 parent, child = ctx.Pipe()
                 p = ctx.Process(target=_worker_main, args=(child,), daemon=True, name=f"fedala-train-{r}")
@@ -331,9 +329,6 @@ class WorkerPool:
             raise
 
 
-_MAIN_LOCK = threading.Lock()
-
-
 def _context():
     """How workers start: from a fork server where the platform has one, else spawned.
 
@@ -349,28 +344,6 @@ def _context():
         ctx.set_forkserver_preload([__name__])  # takes effect when the server starts (once per process)
         return ctx
     return mp.get_context("spawn")
-
-
-@contextlib.contextmanager
-def _main_not_rerun():
-    """Start workers without re-running the caller's script in them.
-
-    A spawned process normally imports the parent's ``__main__`` (by path or module name) before its
-    target runs; a script without ``if __name__ == "__main__":`` would then start a simulation in every
-    worker. The workers need only importable code (their target is fedala_lab's; a model or recipe from
-    ``__main__`` never goes to them: :func:`portable`), so
-    ``__main__``'s file and spec are hidden while the processes start, and restored at once.
-    """
-    main = sys.modules.get("__main__")
-    with _MAIN_LOCK:
-        saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
-        try:
-            for k in saved:
-                setattr(main, k, None) if k == "__spec__" else delattr(main, k)
-            yield
-        finally:
-            for k, v in saved.items():
-                setattr(main, k, v)
 
 
 def _while(msg) -> str:

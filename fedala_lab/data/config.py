@@ -46,6 +46,16 @@ def _after(dataset, prefix: str) -> str | None:
     return None
 
 
+def dataset_label(dataset: str) -> str:
+    """A dataset name as text for indexes and notes: a partition folder by its name only
+    (``pfllib:…/fedala-mnist-dir0.1``), since the folder is this machine's, not the result's."""
+    for prefix in (PFLLIB_PREFIX, POOL_PREFIX):
+        folder = _after(dataset, prefix)
+        if folder is not None:
+            return f"{prefix}…/{Path(folder).name}"
+    return dataset
+
+
 def default_data_root() -> str:
     """Where torchvision datasets live unless ``root=`` says otherwise (``$FEDALA_LAB_DATA`` wins)."""
     return os.environ.get("FEDALA_LAB_DATA", str(Path.home() / ".cache" / "fedala_lab" / "data"))
@@ -105,7 +115,8 @@ class DataConfig:
         if self.is_custom and self.content is None:
             raise ConfigError("content", None, "the content hash of custom data",
                               "custom:<name> data is made by FederatedData.from_arrays; pass it as data=")
-        if self.content is None and self.directory is not None:
+        if self.content is None and self.directory is not None and Path(self.directory).expanduser().is_dir():
+            # hashed now; a folder that is missing is said so by whoever reads the data (a preset, the loader)
             object.__setattr__(self, "content", directory_content(self.directory))
 
     def replace(self, **changes) -> DataConfig:
@@ -144,11 +155,8 @@ class DataConfig:
 
     @property
     def short_name(self) -> str:
-        """The dataset without any folder: ``pfllib:fedala-mnist-dir0.1``, ``mnist``, ``custom:mine``."""
-        d = self.directory
-        if d is None:
-            return self.dataset
-        return self.dataset[: -len(d)] + Path(d).name
+        """The dataset without its folder (:func:`dataset_label`): ``pfllib:…/fedala-mnist-dir0.1``, ``mnist``."""
+        return dataset_label(self.dataset)
 
     def canonical(self) -> dict:
         """The fields that decide the clients' data: no folder, no download switch, and only the partition

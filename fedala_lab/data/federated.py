@@ -16,6 +16,7 @@ import torch
 
 from ..errors import ConfigError, DataError
 from .config import CUSTOM_PREFIX, DataConfig, directory_content
+from .pfllib import check_finite
 
 
 @dataclass(eq=False)
@@ -46,6 +47,9 @@ class FederatedData:
             raise ConfigError("test", f"{len(test)} clients", f"as many clients as train ({len(train)})")
         if not train:
             raise ConfigError("num_clients", 0, "at least 1 client")
+        for split, parts in (("train", train), ("test", test)):
+            for i, part in enumerate(parts):
+                check_finite(part[0], f"{name}: client {i}'s {split} images")
 
         def cat(parts, i):
             return torch.as_tensor(np.concatenate([np.asarray(p[i]) for p in parts]))

@@ -25,6 +25,7 @@ import builtins
 import codecs
 import io
 import json
+import math
 import os
 import pickle
 import re
@@ -151,7 +152,7 @@ def restricted_load(file, *, source: str = "<pickle>", encoding: str = "ASCII") 
         file = io.BytesIO(file)
     try:
         return RestrictedUnpickler(file, source=source, encoding=encoding).load()
-    except UnsafeFileError:
+    except DataError:  # UnsafeFileError, or a reader's own (an unreadable file)
         raise
     except Exception as err:  # noqa: BLE001 - garbage can fail in any way; one clear message instead
         raise DataError(f"{source} holds a corrupt pickle ({type(err).__name__}: {err})") from None
@@ -169,13 +170,18 @@ def _read_npy_header(f, source: str):
     return reader(f, version)
 
 
-def safe_load_npz_object(path, key: str = "data") -> object:
+def safe_load_npz_object(path, key: str = "data", *, pickled: bool = False) -> object:
     """Return member ``key`` of the ``.npz`` at ``path`` without running code from it.
 
     An object array's pickle goes through :class:`RestrictedUnpickler`; a 0-d object array (what PFLlib
-    writes) is unwrapped to the object it holds. A plain numeric member is returned as an array (read
-    with ``allow_pickle=False``). Missing file, bad zip, missing member or bad header → ``DataError``;
-    a pickle that names a forbidden global → ``UnsafeFileError``.
+    writes) is unwrapped to the object it holds. A plain numeric member is returned as an array (never
+    unpickled), or with ``pickled`` (the caller wants PFLlib's pickled dict) refused after its header.
+    Missing file, bad zip, missing member or bad header → ``DataError``; a pickle that names a forbidden
+    global → ``UnsafeFileError``.
+
+    Nothing is read beyond what the member's header declares: a numeric member whose size disagrees
+    with its header is refused before its data are read, and a pickle is read as it is unpickled (no
+    copy of the whole member first), so a small file that inflates to hundreds of MB costs nothing.
     """
     path = Path(path)
     source = str(path)
@@ -186,29 +192,66 @@ def safe_load_npz_object(path, key: str = "data") -> object:
         with zipfile.ZipFile(path) as zf:
             if member not in zf.namelist():
                 raise DataError(f"{source} has no member {key!r} (it holds {sorted(zf.namelist())})")
-            with zf.open(member) as f:
-                raw = f.read()
+            info = zf.getinfo(member)
+            with zf.open(info) as raw:
+                return _read_member(_Member(raw, source), info.file_size, source, member, pickled)
     except DataError:
         raise
-    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError, RuntimeError,
-            NotImplementedError) as err:  # bad zip, bad deflate stream, encrypted, unknown method
-        raise DataError(f"{source} is not a readable .npz file ({type(err).__name__}: {err})") from None
+    except _UNREADABLE as err:
+        raise DataError(_unreadable(source, err)) from None
 
-    buf = io.BytesIO(raw)
+
+# bad zip, bad deflate stream, encrypted, unknown method
+_UNREADABLE = (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError, RuntimeError, NotImplementedError)
+
+
+def _unreadable(source: str, err: BaseException) -> str:
+    return f"{source} is not a readable .npz file ({type(err).__name__}: {err})"
+
+
+class _Member:
+    """A zip member as the .npy header reader and the unpickler read it: bytes counted, and a damaged
+    compressed stream turned into the DataError naming the file wherever the reader stands."""
+
+    def __init__(self, raw, source: str):
+        self._raw, self._source, self.pos = raw, source, 0
+
+    def read(self, n: int = -1) -> bytes:
+        return self._count(self._raw.read, n)
+
+    def readline(self, n: int = -1) -> bytes:
+        return self._count(self._raw.readline, n)
+
+    def _count(self, fn, n: int) -> bytes:
+        try:
+            data = fn(n)
+        except (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError) as err:
+            raise DataError(_unreadable(self._source, err)) from None
+        self.pos += len(data)
+        return data
+
+
+def _read_member(f: _Member, size: int, source: str, member: str, pickled: bool) -> object:
     try:
-        _shape, _fortran, dtype = _read_npy_header(buf, source)
+        shape, fortran, dtype = _read_npy_header(f, source)
     except DataError:
         raise
     except (ValueError, SyntaxError, EOFError, OSError) as err:
         raise DataError(f"{source}: bad .npy header in {member!r} ({err})") from None
     if not dtype.hasobject:
-        try:
-            buf.seek(0)
-            return npformat.read_array(buf, allow_pickle=False)
-        except (ValueError, EOFError, OSError) as err:
-            raise DataError(f"{source}: cannot read array {member!r} ({err})") from None
+        declared = math.prod(shape) * dtype.itemsize
+        if size != f.pos + declared:
+            raise DataError(f"{source}: {member!r} declares a {dtype} array of shape {shape} ({declared:,} bytes) "
+                            f"but holds {size - f.pos:,} bytes of data")
+        if pickled:
+            raise DataError(f"{source} holds ndarray, expected a dict with 'x' and 'y' ({member!r} is a {dtype} "
+                            f"array of shape {shape}, not the pickled dict PFLlib writes)")
+        data = f.read(declared)
+        if len(data) != declared:
+            raise DataError(f"{source}: cannot read array {member!r} (truncated)")
+        return np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C").copy()
     # numpy writes object arrays as pickle.dump(array); latin1 also decodes Python-2 era pickles.
-    obj = restricted_load(buf, source=source, encoding="latin1")
+    obj = restricted_load(f, source=source, encoding="latin1")
     if isinstance(obj, np.ndarray) and obj.dtype.hasobject and obj.shape == ():
         obj = obj.item()
     return obj
@@ -250,8 +293,8 @@ def _client_files(directory: Path, split: str) -> dict[int, Path]:
     return found
 
 
-def _read_client(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    obj = safe_load_npz_object(path)
+def _read_client(path: Path, client: int) -> tuple[np.ndarray, np.ndarray]:
+    obj = safe_load_npz_object(path, pickled=True)
     if not isinstance(obj, dict):
         raise DataError(f"{path} holds {type(obj).__name__}, expected a dict with 'x' and 'y'")
     obj = {k.decode() if isinstance(k, bytes) else k: v for k, v in obj.items()}
@@ -267,7 +310,18 @@ def _read_client(path: Path) -> tuple[np.ndarray, np.ndarray]:
         raise DataError(f"{path}: 'y' must be a 1-d integer array, got {y.dtype} of shape {y.shape}")
     if x.ndim < 1 or len(x) != len(y):
         raise DataError(f"{path}: 'x' has {len(x) if x.ndim else 0} samples but 'y' has {len(y)}")
+    check_finite(x, f"{path} (client {client})")
     return np.ascontiguousarray(x), y.astype(np.int64, copy=False)
+
+
+def check_finite(x, where: str) -> None:
+    """Refuse images with NaN or infinite pixels (``where`` names them): training on them would only end in a
+    "diverged" run blamed on the learning rate."""
+    bad = ~np.isfinite(x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x))  # numpy or torch
+    if bad.any():
+        rows = int(bad.reshape(len(bad), -1).any(axis=1).sum()) if bad.ndim else 1
+        raise DataError(f"{where}: {int(bad.sum()):,} pixel value(s) in {rows:,} of its {len(bad):,} images are NaN "
+                        "or infinite; images must hold finite numbers")
 
 
 def load_pfllib(directory: str | os.PathLike) -> ClientSplits:
@@ -310,8 +364,8 @@ def load_pfllib(directory: str | os.PathLike) -> ClientSplits:
                 + (f" from {cfg_path}" if config else " (client ids must be 0..n-1)")
             )
 
-    train = [_read_client(files["train"][i]) for i in range(n)]
-    test = [_read_client(files["test"][i]) for i in range(n)]
+    train = [_read_client(files["train"][i], i) for i in range(n)]
+    test = [_read_client(files["test"][i], i) for i in range(n)]
 
     max_label = max((int(y.max()) for _, y in train + test if y.size), default=-1)
     min_label = min((int(y.min()) for _, y in train + test if y.size), default=0)

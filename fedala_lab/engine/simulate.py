@@ -533,8 +533,8 @@ def read_checkpoint(path: str | Path) -> Run | None:
     of another format, or written before checkpoints held their config. Tensors are mapped, not read."""
     try:
         d = torch.load(Path(path), map_location="cpu", weights_only=True, mmap=True)
-        if d.get("format") != CHECKPOINT_FORMAT or "config" not in d:
-            return None
+        if d.get("format") != CHECKPOINT_FORMAT or "config" not in d or not isinstance(d.get("recorder"), dict):
+            return None  # another format, or an engine state without records (a run's kept state)
         cfg = RunConfig.from_dict(d["config"])
         if cfg.key() != d.get("key"):
             return None

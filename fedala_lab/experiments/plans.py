@@ -2,7 +2,7 @@
 
 - :class:`SweepSpec`: a base config and a grid of axes, one config per grid point (``fedala-lab sweep``).
 - :class:`Plan`, :func:`build_plan`: the runs behind every paper figure, at the "quick" (the teach data, a laptop
-  CPU) or the "paper" scale (the shared MNIST partition, a GPU). Its tables and ablations are sweeps, and
+  CPU) or the "paper" scale (the FedALA repository's MNIST partition, a GPU). Its tables and ablations are sweeps, and
   the named reproduction sweeps (:data:`SWEEPS`) are the paper plan's tables.
 - :func:`fig4_configs`, :func:`fig4_window`: the paper's Fig. 4 protocol, FedAvg and FedALA sharing their
   first K rounds, and the rounds its plot shows.
@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import RunConfig, merge_settings, read_config_file, setting_names
+from ..data.config import dataset_label
 from ..errors import ConfigError
 from .presets import preset
 
@@ -225,7 +226,7 @@ def window_rounds(window) -> tuple[int, int]:
 FEDLAMA_SCALES = {
     # teach problem (embedded MNIST subset, 20 clients, Dir(0.1), MLP), 50 rounds of τ0 = 10 steps: seconds on a CPU
     "quick": ("teach-fedlama", {}),
-    # the shared MNIST Dir(0.1) partition, FedAvgCNN, reference lr 0.005 and batch 10; τ0 = 50 steps,
+    # the FedALA repository's MNIST Dir(0.1) partition, FedAvgCNN, reference lr 0.005 and batch 10; τ0 = 50 steps,
     # 200 rounds (10,000 steps ≈ 4 epochs of a median client). GPU scale: a CPU round costs ≈ 20 s.
     "full": ("mnist-dir0.1", {"tau0": 50, "local_steps": 50, "phi": 2, "rounds": 200, "shuffle": True,
                               "record_train_loss": False, "eval_every": 2, "checkpoint_every": 20}),
@@ -428,6 +429,10 @@ def _mnist_recording(plan: Plan) -> list[tuple[dict, dict]]:
     return rules
 
 
+_POOLED_NOTE = ("torchvision MNIST not found: MNIST pathological is drawn from the Dir(0.1) partition's 70,000 images "
+                "pooled (dataset {})")
+
+
 def build_plan(preset_name: str = "quick", *, rounds: int | None = None, seeds: int | None = None,
                fig4: tuple[int, int, int] | None = None, device: str | None = None) -> Plan:
     """The runs behind every figure of ``preset_name`` ("quick", "mnist", "mnist-pfl" or "paper").
@@ -477,13 +482,12 @@ def build_plan(preset_name: str = "quick", *, rounds: int | None = None, seeds: 
         pathological = preset("mnist-pat")
         notes = []
         if pathological.data.dataset != "mnist":
-            notes.append("torchvision MNIST not found: MNIST pathological is drawn from the shared partition's "
-                         f"70,000 images pooled (dataset {pathological.data.short_name})")
+            notes.append(_POOLED_NOTE.format(dataset_label(pathological.data.dataset)))
         plan = Plan(
             name="paper", base_name="mnist-dir0.1", practical=practical, pathological=pathological,
             seeds=(0, 1, 2, 3, 4), ablation_seeds=(0, 1, 2), p_values=(1, 2, 3, 4),
             fig2={"client": 8, "p": 2, "rounds": (2, None)}, fig3_client=8,
-            # the paper's protocol (pathological: torchvision MNIST, else the shared images pooled)
+            # the paper's protocol (pathological: torchvision MNIST, else the Dir(0.1) partition's images pooled)
             fig4={"setting": "pathological", "K": 155, "window": (140, 200), "client": 4, "grid": 21,
                   "num_samples": 300},
             fig5_rounds=2000, fedlama=("full", {}), notes=notes,
@@ -496,8 +500,7 @@ def build_plan(preset_name: str = "quick", *, rounds: int | None = None, seeds: 
         notes = [(f"shortened horizon: {R} rounds per run where the paper runs 2,000, one seed where it runs 5; "
                   "accuracies are far from converged and not comparable to the paper's numbers")]
         if pathological.data.dataset != "mnist":
-            notes.append("torchvision MNIST not found: MNIST pathological is drawn from the shared partition's "
-                         f"70,000 images pooled (dataset {pathological.data.short_name})")
+            notes.append(_POOLED_NOTE.format(dataset_label(pathological.data.dataset)))
         plan = Plan(
             name="mnist", base_name="mnist-dir0.1", practical=practical, pathological=pathological,
             seeds=(0,), ablation_seeds=(0,), p_values=(1, 2),

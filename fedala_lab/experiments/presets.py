@@ -6,32 +6,56 @@
 
 from __future__ import annotations
 
-import os
+from collections.abc import Mapping
+from dataclasses import fields, replace
 from pathlib import Path
 
-from ..config import POOL_PREFIX, DataConfig, RunConfig
-from ..errors import ConfigError
+from ..config import POOL_PREFIX, DataConfig, RunConfig, pool_directory
+from ..environ import MNIST_PARTITION, SHARED_DATA, env_folder
+from ..errors import ConfigError, DataError
+
+# Where the paper's MNIST partition comes from, for the message that says so when it is missing.
+MNIST_PARTITION_SOURCE = ("the folder dataset/mnist-0.1-npz of the FedALA repository "
+                          "(https://github.com/TsingZ0/FedALA)")
 
 
-def shared_mnist_dir() -> str:
-    """The real MNIST Dir(0.1) partition (PFLlib layout) used for tests and paper-scale runs.
+def mnist_partition_dir() -> str:
+    """Where the FedALA repository's MNIST Dir(0.1) partition (PFLlib layout, 20 clients) is looked for.
 
-    ``$FEDALA_LAB_SHARED_DATA`` (a folder holding ``fedala-mnist-dir0.1``) or ``<repo>/../shared/data``.
+    ``$FEDALA_LAB_MNIST_PARTITION`` (the folder itself, e.g. a clone's ``dataset/mnist-0.1-npz``), else
+    ``$FEDALA_LAB_SHARED_DATA/fedala-mnist-dir0.1``, else ``shared/data/fedala-mnist-dir0.1`` beside the
+    checkout (where a lab machine may keep data for every checkout). Not checked here: see
+    :func:`check_partition`.
     """
-    base = os.environ.get("FEDALA_LAB_SHARED_DATA")
-    root = Path(base) if base else Path(__file__).resolve().parents[3] / "shared" / "data"
-    return str(root / "fedala-mnist-dir0.1")
+    folder = env_folder(MNIST_PARTITION)
+    if folder is None:
+        base = env_folder(SHARED_DATA) or Path(__file__).resolve().parents[3] / "shared" / "data"
+        folder = base / "fedala-mnist-dir0.1"
+    return str(folder)
 
 
 def mnist_pathological_dataset(root: str | None = None) -> str:
     """Where MNIST pathological comes from: torchvision's MNIST files when present (the paper's source),
-    else every image of the shared MNIST partition pooled and re-partitioned (``pfllib-pool:<dir>``; it
-    holds all 70,000 MNIST images, so the pool is MNIST in another order)."""
+    else every image of the MNIST Dir(0.1) partition pooled and re-partitioned (``pfllib-pool:<dir>``; it
+    holds all 70,000 MNIST images, so the pool is MNIST in another order). With neither, the pool too:
+    :func:`check_partition` then names both sources."""
     from ..data.sources import mnist_files_present  # here: the data package loads torch
 
-    if mnist_files_present("mnist", root or None) or not Path(shared_mnist_dir()).is_dir():
+    if mnist_files_present("mnist", root or None):
         return "mnist"
-    return POOL_PREFIX + shared_mnist_dir()
+    return POOL_PREFIX + mnist_partition_dir()
+
+
+def check_partition(cfg: RunConfig) -> None:
+    """Refuse at once a config that reads the MNIST Dir(0.1) partition (``pfllib:`` or ``pfllib-pool:``) where
+    it is not, saying where it comes from and how to point at it. Other folders are left to the loader."""
+    d = cfg.data
+    folder = d.dataset[len("pfllib:"):] if d.is_pfllib else pool_directory(d.dataset)
+    if folder is None or Path(folder).is_dir() or Path(folder) != Path(mnist_partition_dir()):
+        return
+    alternative = " (or use torchvision's MNIST: --dataset mnist --download true)" if d.is_pool else ""
+    raise DataError(f"the MNIST Dir(0.1) partition of the FedALA paper is not at {folder}: download "
+                    f"{MNIST_PARTITION_SOURCE} and set {MNIST_PARTITION} to that folder{alternative}")
 
 
 def _teach() -> RunConfig:
@@ -81,7 +105,7 @@ def _teach_fedprox() -> RunConfig:
 def _mnist_dir01() -> RunConfig:
     return RunConfig(
         # The FedALA repository's own MNIST Dir(0.1) partition: 20 clients, 52,492 / 17,508 images.
-        data=DataConfig(dataset="pfllib:" + shared_mnist_dir(), num_clients=20),
+        data=DataConfig(dataset="pfllib:" + mnist_partition_dir(), num_clients=20),
         model="fedavgcnn",
         # Reference hyper-parameters (FedALA run_me.sh / main.py): batch 10, lr 0.005, η = 1, s = 80,
         # p = 1 (layer_idx = 2), ρ = 1, one local epoch; Table 7 runs 2000 rounds.
@@ -97,7 +121,7 @@ def _mnist_dir01() -> RunConfig:
 def _mnist_pat() -> RunConfig:
     return RunConfig(
         # Table 2 / Fig. 4 setting: MNIST pathological, 2 labels per client, 20 clients. From torchvision
-        # when its files are present, else the shared partition's images pooled (mnist_pathological_dataset).
+        # when its files are present, else the Dir(0.1) partition's images pooled (mnist_pathological_dataset).
         data=DataConfig(dataset=mnist_pathological_dataset(), partition="pathological", classes_per_client=2,
                         num_clients=20),
         model="fedavgcnn", rounds=2000, lr=0.005, batch_size=10, checkpoint_every=50,
@@ -124,16 +148,29 @@ PRESETS = {
     "teach-digits": (_teach_digits, "teach on scikit-learn's 8×8 digits (the default before mnist_mini)"),
     "teach-fedprox": (_teach_fedprox, ("teach with FedProx's setting: pathological split, E = 5, 90 % stragglers "
                                        "(FedAvg drops them, FedProx keeps their partial work), μ = 1")),
-    "mnist-dir0.1": (_mnist_dir01, "the shared real MNIST Dir(0.1) partition with the reference settings"),
+    "mnist-dir0.1": (_mnist_dir01, ("the FedALA repository's real MNIST Dir(0.1) partition with the reference "
+                                    "settings ($FEDALA_LAB_MNIST_PARTITION)")),
     "mnist-pat": (_mnist_pat, ("MNIST pathological (2 labels/client), reference settings; torchvision files "
-                               "or the shared partition's images pooled")),
+                               "or the Dir(0.1) partition's images pooled")),
     "teach-fedlama": (_teach_fedlama, "teach with FedLAMA: τ0 = 10 local steps per round, φ = 2, reshuffled"),
 }
 
 
 def preset(name: str, **overrides) -> RunConfig:
-    """A named config with ``overrides`` applied (data fields such as ``num_clients`` are routed)."""
+    """A named config with ``overrides`` applied (data fields such as ``num_clients`` are routed; ``data`` takes
+    a DataConfig, or a mapping of data fields applied over the preset's)."""
     if name not in PRESETS:
         raise ConfigError("preset", name, "one of " + ", ".join(PRESETS))
     cfg = PRESETS[name][0]()
+    if "data" in overrides:
+        cfg = replace(cfg, data=_data(cfg.data, overrides.pop("data")))
     return cfg.replace(**overrides) if overrides else cfg
+
+
+def _data(base: DataConfig, value) -> DataConfig:
+    if isinstance(value, DataConfig):
+        return value
+    names = [f.name for f in fields(DataConfig)]
+    if not isinstance(value, Mapping) or not all(k in names for k in value):
+        raise ConfigError("data", value, "a DataConfig, or a mapping of data settings (" + ", ".join(names) + ")")
+    return replace(base, **value)

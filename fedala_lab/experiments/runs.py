@@ -27,6 +27,7 @@ from ..record.run import Run
 from ..record.store import RunStore, open_store
 from .plans import comparison_configs, fig4_configs
 from .prefix import extends, find_prefix, state_carry
+from .presets import check_partition
 
 
 def get_or_run(cfg: RunConfig, store: RunStore | RunCache | str | Path | None = None, *, data=None, model=None,
@@ -70,6 +71,8 @@ def get_or_run(cfg: RunConfig, store: RunStore | RunCache | str | Path | None = 
         hit, _ = store.outcome(cfg)
         if usable(hit):
             return hit
+    if data is None:
+        check_partition(cfg)  # the paper's MNIST partition, when missing: where it comes from, in one line
     sim = Simulation(cfg, data, model=model, workers=workers)  # every check of the config, before any write
     with store.lock(cfg):
         st = None
@@ -87,8 +90,12 @@ def get_or_run(cfg: RunConfig, store: RunStore | RunCache | str | Path | None = 
                 prefix, prefix_run, state = found
                 try:
                     sim.start_from(state, prefix_run, algo_state=state_carry(prefix.config, cfg))
-                except ValueError as err:  # a state that does not fit: start without it (nothing was changed)
-                    warnings.warn(f"cannot branch from {prefix.name}: {err}", stacklevel=2)
+                except (ValueError, KeyError, TypeError) as err:
+                    # a state that does not fit, or lacks a part (tampered): start without it; start_from reads
+                    # every part before it changes anything
+                    why = f"its engine state lacks {err}" if isinstance(err, KeyError) else err
+                    warnings.warn(f"cannot branch from {prefix.name}: {why}; computing without it",
+                                  stacklevel=2)
                 del state, prefix_run
         kept = [t for t in cfg.kept_rounds() if t < cfg.rounds]
 
@@ -294,8 +301,6 @@ def stored_runs(store=None) -> pd.DataFrame:
     Columns: name (the run's folder, or the one it will have), modified, status, rounds_done, config (a
     RunConfig, or None for a checkpoint that cannot be read), best_acc and final_acc (%).
     """
-    from ..engine.simulate import read_checkpoint  # here: the engine loads torch
-
     store = open_store(store)
     rows = []
     listed = store.list()
@@ -303,7 +308,7 @@ def stored_runs(store=None) -> pd.DataFrame:
     for r in listed.itertuples(index=False):
         try:
             cfg = RunConfig.from_dict(r.config)
-        except ConfigError:
+        except (ValueError, TypeError):  # ConfigError is a ValueError; listed all the same, without settings
             cfg = None
         done = r.rounds if r.status == "complete" else None
         rows.append({"name": r.name, "modified": r.modified, "status": r.status, "rounds_done": done,
@@ -311,7 +316,7 @@ def stored_runs(store=None) -> pd.DataFrame:
     for name, path in store.checkpoints().items():
         if name in finished:
             continue  # finished after all: its folder is the run
-        run = read_checkpoint(path)
+        run = _read_checkpoint(path)
         s = run.summary() if run is not None else {}
         rows.append({"name": name, "modified": pd.Timestamp(path.stat().st_mtime, unit="s"), "status": "stopped",
                      "rounds_done": s.get("rounds"), "config": run.config if run is not None else None,
@@ -320,17 +325,26 @@ def stored_runs(store=None) -> pd.DataFrame:
     return frame.sort_values("modified", ascending=False, kind="stable").reset_index(drop=True)
 
 
+def _read_checkpoint(path: Path) -> Run | None:
+    """What a stopped run recorded, or None for a checkpoint that cannot be read as one (torn, tampered, or
+    of another format): one bad file must not hide the store's other runs."""
+    from ..engine.simulate import read_checkpoint  # here: the engine loads torch
+
+    try:
+        return read_checkpoint(path)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
 def load_stored(store, name: str) -> Run:
     """The run named ``name`` in ``store`` (see :func:`stored_runs`): the finished run in its folder, or
     what a stopped run recorded before its checkpoint (status "partial"). Only names the store lists are
     reached (no paths)."""
-    from ..engine.simulate import read_checkpoint
-
     store = open_store(store)
     if isinstance(name, str) and name in set(store.list()["name"]):
         return store.load(name)
     ckpt = store.checkpoints().get(name) if isinstance(name, str) else None
-    run = read_checkpoint(ckpt) if ckpt is not None else None
+    run = _read_checkpoint(ckpt) if ckpt is not None else None
     if run is None:
         raise DataError(f"{name!r} is not a run name in the run store {store.root} (no finished run and no "
                         "readable checkpoint of that name)")

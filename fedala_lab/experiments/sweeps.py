@@ -25,24 +25,32 @@ A sweep is resumable: runs already in the store are skipped (same config hash �
 that was interrupted resumes from its checkpoint (:func:`~fedala_lab.experiments.runs.get_or_run`). Grid
 points whose configs share a key (``p`` does not change a FedAvg run) run once and are counted at every
 point.
+
+Nothing is lost or left hanging: a diverged run is a grid point with status "diverged" (in the table too,
+without accuracy), a run that fails comes back with its own message from whichever process ran it, and
+settings that cannot work (a GPU per run where there is none, an address where no Ray answers) are refused
+before anything starts. The pool's processes start without re-running the caller's script, so a script
+or notebook cell without ``if __name__ == "__main__":`` can run a sweep.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import time
 from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..compute.parallel import ENV_WORKERS, available_cpus
+from ..compute.parallel import available_cpus, main_not_rerun
 from ..config import RunConfig
 from ..errors import ConfigError, FedalaError, TrainingDiverged
 from ..record.run import run_row
 from ..record.store import open_store
 from .plans import SEED_AXES, SweepSpec
+from .presets import check_partition
 from .runs import get_or_run
 
 # ------------------------------------------------------------------------------------------- execution
@@ -66,8 +74,6 @@ def _work(cfg_dict: dict, store_root: str | None, force: bool, threads: int | No
     n runs at once gives each cores ÷ n, so that runs and their training processes fit the cores.
     """
     _set_threads(threads)
-    if train_workers:
-        os.environ[ENV_WORKERS] = str(train_workers)
     cfg = RunConfig.from_dict(cfg_dict)
     key = cfg.key()
 
@@ -75,18 +81,26 @@ def _work(cfg_dict: dict, store_root: str | None, force: bool, threads: int | No
         rounds_queue.put((key, int(row["round"])))
 
     callback = report if rounds_queue is not None else None
-    if store_root is None:
-        from ..engine.simulate import simulate
-
-        try:
-            return simulate(cfg, progress=False, callback=callback)
-        except TrainingDiverged as err:
-            return err.run
     try:
-        run = get_or_run(cfg, store_root, progress=False, force=force, callback=callback)
+        if store_root is None:
+            from ..engine.simulate import simulate
+
+            try:
+                return simulate(cfg, progress=False, callback=callback, workers=train_workers)
+            except TrainingDiverged as err:
+                return err.run
+        run = get_or_run(cfg, store_root, progress=False, force=force, callback=callback, workers=train_workers)
     except TrainingDiverged as err:  # saved with status "diverged"; the sweep goes on
-        return {"key": cfg.key(), "status": "diverged", "message": str(err)}
-    return {"key": cfg.key(), "status": run.status, "message": ""}
+        return {"key": key, "status": "diverged", "message": str(err)}
+    except Exception as err:  # noqa: BLE001 - its message comes back as text, whatever it is (and pickles)
+        return {"key": key, "status": "failed", "message": failure(err)}
+    return {"key": key, "status": run.status, "message": ""}
+
+
+def failure(err: BaseException) -> str:
+    """A failed run's one-line reason: a FedalaError's own message, else the error's type and message."""
+    text = " ".join(str(err).split())
+    return text if isinstance(err, FedalaError) else f"{type(err).__name__}: {text}"
 
 
 def machine_cpus() -> int:
@@ -122,6 +136,11 @@ class SweepResult:
                 out.append(run)
         return out
 
+    @property
+    def diverged(self) -> dict[str, str]:
+        """The grid points' runs that diverged: {config key: the divergence message} (each config once)."""
+        return {r.config.key(): r.message for r in self.runs if r.status == "diverged"}
+
     def complete_runs(self) -> list:
         """The completed runs, each config once (grid points sharing a key share a run)."""
         seen, out = set(), []
@@ -146,21 +165,32 @@ def run_sweep(spec: SweepSpec, *, store=None, workers: int | str = "auto", ray: 
     every path then computes the same floats); None leaves torch's setting alone.
     ``gpus_per_run``: Ray's ``num_gpus`` per task. ``force``: recompute runs even if stored.
 
-    Runs that diverge are kept with status "diverged"; runs that fail are listed in ``failed`` — the
-    sweep goes on either way. Progress: one bar over the grid's distinct runs.
+    Runs that diverge are kept with status "diverged" (their grid points stay in the frame, and in
+    :attr:`SweepResult.diverged`); runs that fail are listed in ``failed`` with the reason — the sweep goes
+    on either way. Bad settings (``workers``, ``threads``, ``gpus_per_run`` beyond the GPUs there are,
+    ``ray_address``, the paper's MNIST partition missing) are refused before anything starts. Progress: one
+    bar over the grid's distinct runs.
     """
     from tqdm.auto import tqdm
 
+    local_ray = ray and not ray_address
+    check_execution(workers=workers, threads=threads, gpus_per_run=gpus_per_run, ray=bool(ray or ray_address),
+                    local_ray=local_ray)
+    if ray_address:
+        check_ray_address(ray_address)
     t0 = time.perf_counter()
     store = open_store(store)
-    store.root.mkdir(parents=True, exist_ok=True)
-    root = str(store.root.resolve())
     pairs = spec.expand()
     unique: dict[str, RunConfig] = {}
     for _, cfg in pairs:
         unique.setdefault(cfg.key(), cfg)
-    done = {k for k, c in unique.items() if not force and store.has(c)}
+    # stored: finished, or diverged (the same config diverges the same way; listed from the store)
+    done = {k for k, c in unique.items() if not force and store.status(c).state in ("complete", "diverged")}
     todo = [c for k, c in unique.items() if k not in done]
+    for cfg in todo:
+        check_partition(cfg)
+    store.root.mkdir(parents=True, exist_ok=True)  # only now: a refusal above leaves nothing behind
+    root = str(store.root.resolve())
     failed: dict[str, str] = {}
     loaded: dict = {}  # key -> Run, filled by the paths that have the run in this process
 
@@ -172,9 +202,7 @@ def run_sweep(spec: SweepSpec, *, store=None, workers: int | str = "auto", ray: 
                      shared_store if shared_store is not None else ray_address is None, store, bar, failed,
                      loaded)
         elif todo:
-            n = _auto_workers(todo[0], len(todo)) if workers == "auto" else int(workers)
-            if n < 1:
-                raise ConfigError("workers", workers, "a positive integer or 'auto'")
+            n = _auto_workers(todo[0], len(todo)) if workers == "auto" else workers
             if n == 1:
                 _run_sequential(todo, store, force, threads, bar, failed, loaded)
             else:
@@ -215,10 +243,12 @@ def _describe(cfg: RunConfig) -> str:
 
 
 def _finish(bar, cfg: RunConfig, result, failed: dict) -> None:
+    # a diverged run is in the store with its message (the result lists it); nothing is printed here, so
+    # that a caller's stdout (JSON lines) stays its own
     if isinstance(result, BaseException):
-        failed[cfg.key()] = f"{type(result).__name__}: {result}"
-    elif isinstance(result, dict) and result.get("status") == "diverged":
-        bar.write(f"diverged: {cfg.slug()} ({result.get('message', '')[:200]})")
+        failed[cfg.key()] = failure(result)
+    elif isinstance(result, dict) and result.get("status") == "failed":
+        failed[cfg.key()] = result["message"]
     bar.set_postfix_str(f"last: {_describe(cfg)}", refresh=False)
     bar.update(1)
 
@@ -251,10 +281,15 @@ def _run_pool(todo, root, force, threads, n, bar, failed) -> None:
     # spawn, not fork: a forked copy of a process that already runs torch threads can deadlock
     ctx = mp.get_context("spawn")
     # no initializer: _work sets each task's threads before any torch work
-    with ctx.Manager() as manager, ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
-        rounds = manager.Queue()  # workers report each finished round; the bar shows the runs in flight
-        per_run = max(1, machine_cpus() // n)  # training processes per run (compute/workers.py)
-        futures = {pool.submit(_work, c.to_dict(), root, force, threads, rounds, per_run): c for c in todo}
+    with contextlib.ExitStack() as stack:
+        # the manager's and the pool's processes start here (a spawn pool starts one per submit, up to n):
+        # none re-runs the caller's script, so a script without a __main__ guard works too
+        with main_not_rerun():
+            manager = stack.enter_context(ctx.Manager())
+            pool = stack.enter_context(ProcessPoolExecutor(max_workers=n, mp_context=ctx))
+            rounds = manager.Queue()  # workers report each finished round; the bar shows the runs in flight
+            per_run = max(1, machine_cpus() // n)  # training processes per run (compute/workers.py)
+            futures = {pool.submit(_work, c.to_dict(), root, force, threads, rounds, per_run): c for c in todo}
         by_key = {c.key(): c for c in todo}
         in_flight: dict[str, int] = {}
         pending = set(futures)
@@ -277,6 +312,52 @@ def _run_pool(todo, root, force, threads, n, bar, failed) -> None:
                                                for k, t in in_flight.items()))
 
 
+def check_execution(*, workers="auto", threads=1, gpus_per_run=0.0, ray: bool = False,
+                    local_ray: bool = False) -> None:
+    """Refuse bad execution settings of a sweep before anything starts, each with one line naming it.
+
+    A GPU request is checked against the GPUs there are (a Ray started here: this machine's), because Ray
+    would keep a task that asks for more waiting forever; a cluster's are checked once joined (:func:`_run_ray`).
+    """
+    if workers != "auto" and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
+        raise ConfigError("workers", workers, "a whole number >= 1 (processes) or auto (one per CPU core)")
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+        raise ConfigError("threads", threads, "a whole number >= 1 (torch threads per run)")
+    g = gpus_per_run
+    if not isinstance(g, (int, float)) or isinstance(g, bool) or not math.isfinite(g) or g < 0 or (
+            g > 1 and not float(g).is_integer()):
+        raise ConfigError("gpus_per_run", g, "a number >= 0: a share of one GPU (e.g. 0.5) or a whole number of GPUs")
+    if g and not ray:
+        raise ConfigError("gpus_per_run", g, "0 without Ray (GPUs are reserved per Ray task: add --ray or "
+                          "--ray-address)")
+    if g and local_ray:
+        import torch
+
+        have = torch.cuda.device_count()
+        if g > have:
+            raise ConfigError("gpus_per_run", g, f"at most the {have} GPU(s) of this machine (a Ray task asking "
+                              "for more would wait forever)")
+
+
+def check_ray_address(address: str) -> None:
+    """``auto`` or ``[ray://]host:port`` where something answers (checked with a short TCP connection: Ray
+    itself retries an address where nothing listens for minutes)."""
+    import re
+    import socket
+
+    if address == "auto":
+        return
+    m = re.fullmatch(r"(?:ray://)?(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):(\d{1,5})", address or "")
+    allowed = "auto, host:port or ray://host:port of a running Ray cluster"
+    if m is None or not 1 <= int(m[2]) <= 65535:
+        raise ConfigError("ray_address", address, allowed)
+    try:
+        socket.create_connection((m[1].strip("[]"), int(m[2])), timeout=3).close()
+    except OSError as err:
+        raise ConfigError("ray_address", address, allowed,
+                          f"nothing answers there: {err.strerror or err}") from None
+
+
 def ray_module():
     """Import Ray, or say how to install it (an optional dependency)."""
     try:
@@ -292,13 +373,19 @@ def _run_ray(todo, root, force, threads, gpus, workers, address, shared, store, 
     started = False
     if not ray.is_initialized():
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # nothing leaves the machine unasked
-        if address:
-            ray.init(address=address)
-        else:
-            n = machine_cpus() if workers in ("auto", 1, None) else int(workers)
-            ray.init(num_cpus=n, include_dashboard=False)
+        try:
+            if address:
+                ray.init(address=address)
+            else:
+                n = machine_cpus() if workers in ("auto", 1, None) else int(workers)
+                ray.init(num_cpus=n, include_dashboard=False)
+        except Exception as err:  # noqa: BLE001 - Ray's errors at connection time are of many kinds
+            raise FedalaError(f"cannot start Ray{f' at {address}' if address else ''}: {failure(err)}") from None
         started = True
     try:
+        have = ray.cluster_resources().get("GPU", 0)
+        if gpus > have:  # a task asking for more would wait forever
+            raise ConfigError("gpus_per_run", gpus, f"at most the {have:g} GPU(s) of the Ray cluster")
         task = ray.remote(num_cpus=threads or 1, num_gpus=gpus, max_retries=0)(_work)
         refs = {task.remote(c.to_dict(), root if shared else None, force, threads): c for c in todo}
         pending = list(refs)
@@ -308,7 +395,7 @@ def _run_ray(todo, root, force, threads, gpus, workers, address, shared, store, 
                 cfg = refs[ref]
                 try:
                     result = ray.get(ref)
-                    if not isinstance(result, dict):  # a Run from a worker that cannot see the store
+                    if result is not None and not isinstance(result, dict):  # a Run from a worker without the store
                         store.save(result, replace=force)
                         runs[cfg.key()] = result
                         result = {"status": result.status}

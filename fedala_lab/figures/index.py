@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from ..config import RunConfig, setting_names
+from ..data.config import dataset_label
 
 
 def describe_configs(cfgs: list[RunConfig], base: RunConfig, base_name: str) -> str:
@@ -36,7 +37,7 @@ def describe_configs(cfgs: list[RunConfig], base: RunConfig, base_name: str) -> 
         if vals == [json.dumps(b[k], default=str)]:
             continue
         shown = [json.loads(v) for v in vals]
-        fmt = [str(v) for v in shown]
+        fmt = [dataset_label(v) if k == "dataset" else str(v) for v in shown]
         parts.append(f"{k}={fmt[0]}" if len(fmt) == 1 else f"{k} ∈ {{{', '.join(fmt)}}}")
     return f'preset("{base_name}")' + (" with " + "; ".join(parts) if parts else "")
 

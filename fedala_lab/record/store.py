@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import socket
 import time
@@ -45,17 +46,19 @@ from pathlib import Path
 import pandas as pd
 
 from ..config import RunConfig
+from ..environ import RUNS, env_folder
 from ..errors import DataError, TrainingDiverged
 from .run import Run, check_files, read_manifest, sha256
 
+_KEPT_STATE = re.compile(r"\.state-r\d+\.pt$")
 # A temporary folder or file of a writer on another machine (a shared store) is swept only this old.
 STALE_SECONDS = 24 * 3600
 _HOST = "".join(c if c.isalnum() else "_" for c in socket.gethostname())[:40] or "host"
 
 
 def default_root() -> Path:
-    """``$FEDALA_LAB_RUNS`` or ``./runs``."""
-    return Path(os.environ.get("FEDALA_LAB_RUNS", "runs"))
+    """``$FEDALA_LAB_RUNS`` or ``./runs`` (an empty ``$FEDALA_LAB_RUNS`` is refused: it would be this folder)."""
+    return env_folder(RUNS) or Path("runs")
 
 
 @dataclass
@@ -195,11 +198,14 @@ class RunStore:
         return Run.load(self.root / name)
 
     def checkpoints(self) -> dict[str, Path]:
-        """The checkpoints of stopped (or killed) runs: {the name their folder will have: checkpoint file}."""
+        """The checkpoints of stopped (or killed) runs: {the name their folder will have: checkpoint file}.
+        The engine states an unfinished run keeps beside its checkpoint (``<name>.state-r<t>.pt``) are not
+        checkpoints: they hold no records."""
         ckpts = self.root / ".checkpoints"
         if not ckpts.is_dir():
             return {}
-        return {f.name[:-3]: f for f in sorted(ckpts.glob("*.pt")) if not f.name.startswith(".")}
+        return {f.name[:-3]: f for f in sorted(ckpts.glob("*.pt"))
+                if not f.name.startswith(".") and not _KEPT_STATE.search(f.name)}
 
     def list(self) -> pd.DataFrame:
         """One row per stored run (finished or diverged): name, algo, dataset, rounds, seed, best/final
@@ -215,10 +221,13 @@ class RunStore:
                     cfg = json.loads((d / "config.json").read_text())
                 except (OSError, ValueError):
                     continue
-                s = m.get("summary", {})
+                if not isinstance(m, dict) or not isinstance(cfg, dict):
+                    continue  # not a run's files (tampered, or written by something else): not listed
+                s = m.get("summary") if isinstance(m.get("summary"), dict) else {}
+                data = cfg.get("data") if isinstance(cfg.get("data"), dict) else {}
                 rows.append({
-                    "name": d.name, "algo": cfg.get("algo"), "dataset": cfg.get("data", {}).get("dataset"),
-                    "clients": cfg.get("data", {}).get("num_clients"), "rounds": cfg.get("rounds"),
+                    "name": d.name, "algo": cfg.get("algo"), "dataset": data.get("dataset"),
+                    "clients": data.get("num_clients"), "rounds": cfg.get("rounds"),
                     "seed": cfg.get("seed"), "best_acc": s.get("best_acc"), "final_acc": s.get("final_acc"),
                     "seconds": s.get("seconds"), "status": m.get("status"),
                     "modified": pd.Timestamp(man.stat().st_mtime, unit="s"), "config": cfg,

@@ -1,8 +1,8 @@
 """The figure driver, ``fedala-lab figures``: plan → runs → analysis → Displays → files, and their index.
 
     fedala-lab figures                                   # quick preset: the teach data, minutes on a laptop CPU
-    fedala-lab figures --preset mnist                    # the shared MNIST data, ≤ 1 hour of a CPU → figures/mnist/
-    fedala-lab figures --preset paper                    # GPU scale, the shared MNIST data → figures/paper/
+    fedala-lab figures --preset mnist                    # the paper's MNIST data, ≤ 1 hour of a CPU → figures/mnist/
+    fedala-lab figures --preset paper                    # GPU scale, the paper's MNIST data → figures/paper/
     fedala-lab figures --only fig4,table2 --no-progress
 
 Every run comes from the run store (:func:`~fedala_lab.experiments.runs.get_or_run`, through one
@@ -27,13 +27,15 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..config import RunConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
 from ..experiments.plans import Plan, build_plan
 from ..experiments.prefix import rounds_to_compute
-from ..experiments.presets import preset
+from ..experiments.presets import check_partition, preset
 from ..experiments.runs import RunCache
 from ..figures.index import describe_configs, render_readme
 from .paper import FIGURES, Context, FigureSpec, planned_configs
+
+MIN_DPI, MAX_DPI = 10, 600  # 600 dpi: print quality; a 12-inch figure is then 7,200 pixels wide (≈ 140 MB to draw)
 
 
 def run_figures(preset_name: str = "quick", *, only: Iterable[str] | None = None, out: str | Path | None = None,
@@ -46,18 +48,25 @@ def run_figures(preset_name: str = "quick", *, only: Iterable[str] | None = None
     Returns the index entries written ({key: entry}). ``out/index.json`` keeps every figure's entry, so
     ``--only`` refreshes some without losing the others; ``out/README.md`` is rebuilt from it.
     """
+    if not isinstance(dpi, int) or isinstance(dpi, bool) or not MIN_DPI <= dpi <= MAX_DPI:
+        raise ConfigError("dpi", dpi, f"a whole number from {MIN_DPI} to {MAX_DPI} (PNG dots per inch)")
     plan = build_plan(preset_name, rounds=rounds, seeds=seeds, fig4=fig4, device=device)
     made = list(plan.figures or FIGURES)
-    keys = made if not only else list(dict.fromkeys(only))
+    keys = made if only is None else list(dict.fromkeys(only))
     bad = [k for k in keys if k not in made]
-    if bad:
-        raise ConfigError("only", ",".join(bad), f"figure names among {', '.join(made)} (preset {preset_name})")
+    if bad or not keys:
+        raise ConfigError("only", ",".join(bad) if bad else ",".join(only),
+                          f"figure names among {', '.join(made)} (preset {preset_name})")
+    planned = planned_configs(plan, keys)
+    for cfg in (plan.practical, plan.pathological, *planned):  # before anything runs or is written
+        check_partition(cfg)
     out = Path(out if out is not None else default_out(preset_name))
+    index = _read_index(out)
     out.mkdir(parents=True, exist_ok=True)
     from tqdm.auto import tqdm
 
     cache = RunCache(store)
-    total = rounds_to_compute(planned_configs(plan, keys), cache.store)
+    total = rounds_to_compute(planned, cache.store)
     overall = tqdm(total=total, desc="rounds to simulate", unit="round", disable=not progress, dynamic_ncols=True)
 
     def one_round(n):
@@ -73,7 +82,6 @@ def run_figures(preset_name: str = "quick", *, only: Iterable[str] | None = None
             tqdm.write(line, file=sys.stdout)
             sys.stdout.flush()
 
-    index = _read_index(out)
     index.update(preset=plan.name, notes=plan.notes, plan=describe_plan(plan))
     entries = {}
     from ..compute.device import cpu_threads  # here: torch is loaded
@@ -170,15 +178,20 @@ def _command(preset_name, keys, out, rounds, seeds, fig4) -> str:
 
 
 def _read_index(out: Path) -> dict:
+    """The index of the figures already in ``out`` (empty for a new folder). Anything else under that name is
+    refused, not overwritten: it may be someone else's file, or a damaged index to look at first."""
     p = out / "index.json"
-    if p.is_file():
-        try:
-            d = json.loads(p.read_text())
-            if isinstance(d.get("figures"), dict):
-                return d
-        except json.JSONDecodeError:
-            pass
-    return {"figures": {}}
+    if not p.exists():
+        return {"figures": {}}
+    try:
+        d = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:  # UnicodeDecodeError (binary) and JSONDecodeError are ValueErrors
+        d, why = None, f"{type(err).__name__}: {' '.join(str(err).split())[:120]}"
+    else:
+        why = "it holds no 'figures' mapping"
+    if not isinstance(d, dict) or not isinstance(d.get("figures"), dict):
+        raise DataError(f"{p} is not an index of figures ({why}): remove it, or choose another --out folder")
+    return d
 
 
 def _environment() -> dict:

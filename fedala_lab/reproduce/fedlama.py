@@ -17,7 +17,7 @@ def fedlama_figures(out_dir, *, preset: str = "quick", store=None, progress: boo
                     overrides: dict | None = None) -> list[dict]:
     """Run (or load) the FedLAMA comparison and write its figures (PNG + PDF) into ``out_dir``.
 
-    ``preset``: "quick" (teach, seconds on a CPU) or "full" (shared MNIST partition, GPU scale): a scale of
+    ``preset``: "quick" (teach, seconds on a CPU) or "full" (the FedALA repository's MNIST partition, GPU scale): a scale of
     :data:`~fedala_lab.experiments.plans.FEDLAMA_SCALES`.
     ``store``: a RunStore, RunCache or folder for the runs (None: the default store, ``$FEDALA_LAB_RUNS`` or
     ./runs).

@@ -10,17 +10,17 @@ sends; an installed package without a checkout simply has none and says how to m
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
-ENV_RECORDED = "FEDALA_LAB_RECORDED"
+from ..environ import RECORDED as ENV_RECORDED
+from ..environ import env_folder
+
 COMMAND = "fedala-lab figures --preset mnist"
 
 
 def recorded_dir() -> Path:
     """Where the recorded MNIST figures are: ``$FEDALA_LAB_RECORDED``, else the checkout's figures/mnist."""
-    env = os.environ.get(ENV_RECORDED)
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "figures" / "mnist"
+    return env_folder(ENV_RECORDED) or Path(__file__).resolve().parents[2] / "figures" / "mnist"
 
 
 def recorded_figure(key: str, folder: Path | None = None) -> tuple[str | None, str]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..environ import check_environment
 from .env import default_store_root, offline_env
 
 offline_env()  # before any module of the app imports gradio: it reads these at import time
@@ -80,6 +81,8 @@ def launch(
         raise ConfigError("port", port, "an integer from 1 to 65535")
     if concurrency < 1:
         raise ConfigError("concurrency", concurrency, "an integer >= 1")
+    check_environment()
+    _check_free(host, port)  # before building the page and warming up: seconds a taken port would waste
     import torch
 
     # Small models and several users at once: one thread per simulation is fastest and does not
@@ -93,15 +96,34 @@ def launch(
     # first click does not pay for them (≈ 3 s on a laptop CPU). Nothing is stored. Not in a background
     # thread: it would build a model while a first click may build another (see DEFAULT_CONCURRENCY).
     warm_up()
-    demo.launch(
-        server_name=host,
-        server_port=port,
-        share=share,
-        prevent_thread_lock=prevent_thread_lock,
-        quiet=quiet,
-        **launch_kwargs(),
-    )
+    try:
+        demo.launch(
+            server_name=host,
+            server_port=port,
+            share=share,
+            prevent_thread_lock=prevent_thread_lock,
+            quiet=quiet,
+            **launch_kwargs(),
+        )
+    except OSError as err:  # taken between the check and now
+        raise ConfigError("port", port, f"a free port ({' '.join(str(err).split())[:200]})") from None
     return demo
+
+
+def _check_free(host: str, port: int) -> None:
+    """Refuse a port something else listens on (or a host this machine cannot listen on), as Gradio would
+    find out only after building the page, with a traceback. Bound as Gradio's server binds (SO_REUSEADDR)."""
+    import socket
+
+    from ..errors import ConfigError
+
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+    except OSError as err:
+        raise ConfigError("port", port, f"a port that is free on {host} ({err.strerror or err}); "
+                          "choose another with --port") from None
 
 
 def main(argv: list[str] | None = None) -> int:

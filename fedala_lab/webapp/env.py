@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..environ import APP_RUNS, env_folder
+
 
 def offline_env() -> None:
     """Keep Gradio and the Hugging Face hub client quiet: no telemetry, no version checks, no hub calls.
@@ -22,4 +24,4 @@ def offline_env() -> None:
 def default_store_root() -> Path:
     """``$FEDALA_LAB_APP_RUNS`` or ``./runs/app``: kept apart from the CLI's ``./runs`` on purpose, so the
     Runs tab shows (and can reach) only what the app itself computed."""
-    return Path(os.environ.get("FEDALA_LAB_APP_RUNS", os.path.join("runs", "app")))
+    return env_folder(APP_RUNS) or Path("runs", "app")

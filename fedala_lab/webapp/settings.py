@@ -13,7 +13,7 @@ import gradio as gr
 
 from ..config import algo_label
 from ..experiments.presets import preset
-from .widgets import Number, Slider, whole_slider
+from .widgets import Dropdown, Number, Radio, Slider, whole_slider
 
 DATASET_CHOICES = [
     ("MNIST subset (3,000 real digits, 14×14, embedded)", "mnist_mini"),
@@ -59,9 +59,7 @@ def make_config(algo: str = "fedala", preset_name: str = "teach", **settings):
     """A preset (default "teach") with the widgets' values; RunConfig/DataConfig validation is the input
     check, so every bad value is refused with the library's message naming the field."""
     changes = {}
-    for k, v in settings.items():
-        if v is None:
-            continue
+    for k, v in settings.items():  # None too: the config refuses it (a default would run what was not asked)
         if k not in _FLOAT_FIELDS:
             v = whole(v)
         elif isinstance(v, int) and not isinstance(v, bool):
@@ -110,9 +108,10 @@ def data_settings(settings: Settings) -> None:
     pathological one (both are still sent: the config ignores what its partition does not use)."""
     d = DEFAULTS
     with gr.Row(equal_height=True):
-        dataset = gr.Dropdown(DATASET_CHOICES, value=d["dataset"], label="dataset", elem_id="dataset", scale=2)
-        partition = gr.Radio(PARTITION_CHOICES, value=d["partition"], label="partition", elem_id="partition",
-                             scale=3)
+        dataset = Dropdown(DATASET_CHOICES, value=d["dataset"], label="dataset", elem_id="dataset", scale=2,
+                           field="dataset")
+        partition = Radio(PARTITION_CHOICES, value=d["partition"], label="partition", elem_id="partition", scale=3,
+                          field="partition")
         num_clients = whole_slider(2, 100, d["num_clients"], "clients N", "clients", field="num_clients", scale=3)
         beta = Number(d["beta"], label="Dirichlet β (small = skewed)", elem_id="beta", field="beta", scale=2,
                       visible=d["partition"] == "dirichlet")
@@ -135,7 +134,7 @@ def train_settings(settings: Settings) -> None:
         local_epochs = whole_slider(1, 20, d["local_epochs"], "local epochs E", "local-epochs", field="local_epochs")
         seed = Number(d["seed"], precision=0, minimum=0, label="seed", elem_id="seed", field="seed", whole=True)
     with gr.Row():
-        model = gr.Dropdown(MODEL_CHOICES, value=d["model"], label="model", elem_id="model")
+        model = Dropdown(MODEL_CHOICES, value=d["model"], label="model", elem_id="model", field="model")
         lr = Number(d["lr"], label="learning rate", elem_id="lr", field="lr")
         mu = Number(d["mu"], label="FedProx μ", elem_id="mu", field="mu")
         stragglers = Slider(0.0, 0.95, value=d["stragglers"], step=0.05, elem_id="stragglers", field="stragglers",

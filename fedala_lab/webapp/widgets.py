@@ -79,11 +79,60 @@ def _no_stub_files():
             component_meta.create_or_modify_pyi = make
 
 
+def checked_choice(field: str, value, choices, *, many: bool = False):
+    """``value`` if it is one of ``choices`` (Gradio's (label, value) pairs), or with ``many`` a list of them;
+    else a refusal naming ``field`` and listing the allowed values. ``None`` is refused too (unless a choice):
+    a silent default would run something other than what was asked."""
+    allowed = [v for _, v in choices]
+
+    def known(v):  # exact: True is not the choice 1, nor "1" the choice 1
+        return any(type(v) is type(a) and v == a for a in allowed)
+
+    shown = ", ".join("'' (any)" if a == "" else str(a) for a in allowed)
+    if many:
+        if not isinstance(value, list) or not all(known(v) for v in value):
+            raise refusal(ConfigError(field, value, f"a list of any of {shown}"))
+    elif not known(value):
+        raise refusal(ConfigError(field, value, f"one of {shown}"))
+    return value
+
+
+class _AsGradio:
+    """A checked input drawn as the Gradio component it extends (``_gradio``): the same page component, from
+    the properties Gradio's own signature lists (``field`` and the like stay on the server)."""
+
+    _gradio: type
+
+    def get_block_name(self) -> str:
+        return self._gradio.__name__.lower()
+
+    def get_config(self, cls=None):
+        return super().get_config(cls or self._gradio)
+
+
+class _Choices(_AsGradio):
+    """An input with choices whose value is checked against them (:func:`checked_choice`; ``many``: a list of
+    them), unless it takes custom values. ``field`` names the setting in messages."""
+
+    many = False
+
+    def __init__(self, choices=None, *, value=None, field: str, **kwargs):
+        super().__init__(choices=choices, value=value, **kwargs)
+        self.field = field
+
+    def preprocess(self, payload):
+        if not getattr(self, "allow_custom_value", False):
+            checked_choice(self.field, payload, self.choices, many=self.many)
+        return super().preprocess(payload)
+
+
 with _no_stub_files():
 
-    class Slider(gr.Slider):
+    class Slider(_AsGradio, gr.Slider):
         """A slider whose value is checked against its range (and, with ``whole``, to be a whole number),
         never rounded or clamped. ``field`` names the setting in messages."""
+
+        _gradio = gr.Slider
 
         # named parameters, not *args: Gradio's component metaclass records constructor arguments by name
         def __init__(self, minimum: float = 0, maximum: float = 100, value=None, *, field: str,
@@ -91,30 +140,43 @@ with _no_stub_files():
             super().__init__(minimum=minimum, maximum=maximum, value=value, **kwargs)
             self.field, self.whole = field, whole
 
-        def get_block_name(self) -> str:  # the page draws it as Gradio's slider…
-            return "slider"
-
-        def get_config(self, cls=None):  # …from the properties Gradio's own signature lists
-            return super().get_config(cls or gr.Slider)
-
         def preprocess(self, payload):
             return checked_number(self.field, payload, self.minimum, self.maximum, whole=self.whole)
 
-    class Number(gr.Number):
+    class Number(_AsGradio, gr.Number):
         """A number box checked like :class:`Slider` (range when given, whole numbers with ``whole``)."""
+
+        _gradio = gr.Number
 
         def __init__(self, value=None, *, field: str, whole: bool = False, **kwargs):
             super().__init__(value=value, **kwargs)
             self.field, self.whole = field, whole
 
-        def get_block_name(self) -> str:
-            return "number"
-
-        def get_config(self, cls=None):
-            return super().get_config(cls or gr.Number)
-
         def preprocess(self, payload):
             return checked_number(self.field, payload, self.minimum, self.maximum, whole=self.whole)
+
+    # Gradio checks a choice too, but with a message that names no setting and a traceback in the server log;
+    # these check first (the session's choices, which follow updates) and refuse with one line.
+
+    class Dropdown(_Choices, gr.Dropdown):
+        """A dropdown whose value must be one of its choices (a list of them with ``multiselect``)."""
+
+        _gradio = gr.Dropdown
+
+        @property
+        def many(self) -> bool:
+            return bool(self.multiselect)
+
+    class Radio(_Choices, gr.Radio):
+        """Radio buttons whose value must be one of their choices."""
+
+        _gradio = gr.Radio
+
+    class CheckboxGroup(_Choices, gr.CheckboxGroup):
+        """Checkboxes whose value must be a list of their choices."""
+
+        _gradio = gr.CheckboxGroup
+        many = True
 
 
 # -- layout pieces ---------------------------------------------------------------------------------

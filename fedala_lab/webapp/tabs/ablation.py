@@ -11,7 +11,7 @@ from ...errors import ConfigError
 from ...experiments.runs import get_or_run
 from ..jobs import finished_status, job
 from ..settings import make_config, whole
-from ..widgets import PRIVATE, plot, run_stop, table
+from ..widgets import PRIVATE, Radio, plot, run_stop, table
 from . import Panel
 
 # Sweeps offered (small: each value is one FedALA run of the current settings).
@@ -60,7 +60,7 @@ def build(app, settings) -> Panel:
     gr.Markdown("FedALA once per value of p (top blocks with ALA weights) or s (% of local data used to learn "
                 "them), everything else as set (paper Tables 1 and 6).")
     with gr.Row():
-        param = gr.Radio([("p", "p"), ("s", "s")], value="p", label="sweep", elem_id="abl-param")
+        param = Radio([("p", "p"), ("s", "s")], value="p", label="sweep", elem_id="abl-param", field="param")
         values = gr.Textbox(ABLATION_VALUES["p"], label="values (comma-separated)", elem_id="abl-values")
     run, stop, status = run_stop("abl")
     abl_plot = plot(label="accuracy and cost", elem_id="abl-plot")

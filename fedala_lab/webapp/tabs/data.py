@@ -12,7 +12,7 @@ from ...errors import ConfigError
 from ...experiments.runs import get_or_run
 from ..jobs import finished_status, friendly, job
 from ..settings import make_config, whole
-from ..widgets import LIGHT, plot, run_stop, table, whole_slider
+from ..widgets import LIGHT, Radio, plot, run_stop, table, whole_slider
 from . import Panel
 
 # The ladder's splits, from IID to the most skewed: on the embedded MNIST subset FedAvg's best accuracy falls
@@ -82,8 +82,8 @@ def download(app, dataset, progress=DOWNLOAD_PROGRESS):
 
 
 def build(app, demo, settings) -> Panel:
-    kind = gr.Radio([("bubbles", "bubble"), ("heatmap", "heatmap")], value="bubble", label="view",
-                    elem_id="data-kind")
+    kind = Radio([("bubbles", "bubble"), ("heatmap", "heatmap")], value="bubble", label="view", elem_id="data-kind",
+                 field="kind")
     with gr.Row():
         data_plot = plot(label="samples per client and label", elem_id="data-plot", scale=3)
         data_table = gr.Dataframe(label="per client", elem_id="data-table", max_height=420, interactive=False,

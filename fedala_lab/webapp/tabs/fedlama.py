@@ -7,6 +7,7 @@ import time
 
 import gradio as gr
 
+from ...errors import ConfigError
 from ...experiments.plans import comparison_configs
 from ...experiments.runs import comparison_runs
 from ..jobs import finished_status, job
@@ -24,12 +25,15 @@ def fedlama(app, tau0, phi, with_ala, settings, job):
     FedLAMA+ALA."""
     from ...figures.fedlama import CommAccuracyDisplay
 
+    if not isinstance(with_ala, bool):  # Gradio passes a checkbox's value on as sent: "false" would be true
+        raise ConfigError("with_ala", with_ala, "true or false")
+
     # the teach-fedlama preset: a round is τ0 local steps, with reshuffling (see experiments/presets.py)
     base = make_config(algo="fedlama", preset_name="teach-fedlama", tau0=tau0, phi=phi, **settings)
-    cfgs = comparison_configs(base, with_ala=bool(with_ala))
+    cfgs = comparison_configs(base, with_ala=with_ala)
     tic = time.perf_counter()
     got = app.fetch(job, cfgs.values(), lambda store, callback: comparison_runs(
-        base, with_ala=bool(with_ala), store=store, callback=callback).values(), labels=list(cfgs))
+        base, with_ala=with_ala, store=store, callback=callback).values(), labels=list(cfgs))
     if got.status:  # stopped: the comparison needs every run to the end
         return gr.skip(), gr.skip(), got.status
     disp = CommAccuracyDisplay.from_runs(dict(zip(cfgs, got.runs, strict=True)))

@@ -15,11 +15,11 @@ import pandas as pd
 from ...algorithms import registry
 from ...analysis.tables import run_settings, setting_label
 from ...config import algo_label
-from ...errors import DataError
+from ...errors import ConfigError, DataError
 from ...experiments.runs import load_stored, stored_runs
 from ..jobs import friendly, run_label
 from ..settings import DATASET_CHOICES, PARTITION_CHOICES
-from ..widgets import LIGHT, PRIVATE, plot, table
+from ..widgets import LIGHT, PRIVATE, Dropdown, plot, table
 
 ANY = ("any", "")
 ALGORITHM_FILTER = [ANY] + [(registry.label(algo), algo) for algo in registry.names()]
@@ -40,10 +40,12 @@ def runs(app, name="", algorithm="", dataset="", partition="", status="", text="
     table comparing them, and the summary and settings of the last one."""
     from ...figures.curves import AccuracyCurveDisplay
 
+    names = _names(name)
+    if text is not None and not isinstance(text, str):
+        raise ConfigError("text", text, "a text to look for in the list (or empty)")
     overview = stored_runs(app.store)
     listing = _listing(overview)
     keep = _matches(overview, listing, algorithm, dataset, partition, status, text)
-    names = [n for n in ([name] if isinstance(name, str) else list(name or [])) if n]
     known = set(listing["name"])
     for n in names:
         if n not in known:
@@ -62,6 +64,14 @@ def runs(app, name="", algorithm="", dataset="", partition="", status="", text="
     last = loaded[-1]
     details = {"name": names[-1], "summary": last.summary(), "config": last.config.to_dict()}
     return shown, selection, fig, details, _compared(names, loaded)
+
+
+def _names(name) -> list[str]:
+    """The run names asked for: one name, or a list of them (empty ones dropped); anything else is refused."""
+    names = [name] if isinstance(name, str) else name if isinstance(name, (list, tuple)) else None
+    if name is not None and (names is None or not all(isinstance(n, str) for n in names)):
+        raise ConfigError("name", name, "a run name from the list, or a list of them")
+    return [n for n in names or [] if n]
 
 
 def _status(row) -> str:
@@ -104,8 +114,10 @@ def _matches(overview, listing, algorithm, dataset, partition, status, text) -> 
             keep &= cfgs.map(lambda c, of=of, wanted=wanted: c is not None and of(c) == wanted)
     if status:
         keep &= overview["status"] == status
-    if text and text.strip():
-        haystack = listing.astype(str).agg(" ".join, axis=1).str.lower()
+    if text and text.strip() and len(listing):
+        # every cell as text, empty ones (a diverged run has no accuracy) as nothing rather than NaN
+        haystack = listing.apply(lambda col: col.map(lambda v: "" if pd.isna(v) else str(v))).agg(" ".join, axis=1)
+        haystack = haystack.str.lower()
         keep &= haystack.str.contains(text.strip().lower(), regex=False)
     return keep
 
@@ -138,11 +150,14 @@ def build(app, demo) -> tuple[list, list]:
                 "(their checkpoint waits: Run again with the same settings resumes them). Click runs in the "
                 "list, or pick them below, to compare them.")
     with gr.Row():
-        algorithm = gr.Dropdown(ALGORITHM_FILTER, value="", label="algorithm", elem_id="runs-algo", min_width=140)
-        dataset = gr.Dropdown(DATASET_FILTER, value="", label="dataset", elem_id="runs-dataset", min_width=140)
-        partition = gr.Dropdown(PARTITION_FILTER, value="", label="partition", elem_id="runs-partition",
-                                min_width=140)
-        status = gr.Dropdown(STATUS_FILTER, value="", label="status", elem_id="runs-status", min_width=140)
+        algorithm = Dropdown(ALGORITHM_FILTER, value="", label="algorithm", elem_id="runs-algo", min_width=140,
+                             field="algorithm")
+        dataset = Dropdown(DATASET_FILTER, value="", label="dataset", elem_id="runs-dataset", min_width=140,
+                           field="dataset")
+        partition = Dropdown(PARTITION_FILTER, value="", label="partition", elem_id="runs-partition", min_width=140,
+                             field="partition")
+        status = Dropdown(STATUS_FILTER, value="", label="status", elem_id="runs-status", min_width=140,
+                          field="status")
         text = gr.Textbox("", label="text", placeholder="any text in the list, e.g. lr 0.05", elem_id="runs-text",
                           min_width=160)
         refresh = gr.Button("Refresh", elem_id="runs-refresh", scale=0, min_width=110)

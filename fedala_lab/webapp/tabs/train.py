@@ -14,7 +14,7 @@ from ...errors import ConfigError
 from ...experiments.runs import get_or_run
 from ..jobs import finished_status, job, run_label
 from ..settings import SCENARIO_FIELDS, SCENARIOS, TRAIN_ALGOS, make_config, scenario_values, train_settings
-from ..widgets import plot, run_stop, table
+from ..widgets import CheckboxGroup, Radio, plot, run_stop, table
 from . import Panel
 
 
@@ -89,9 +89,10 @@ def _summary(app, runs, cached) -> pd.DataFrame:
 
 
 def build(app, settings) -> Panel:
-    scenario = gr.Radio([(label, k) for k, (label, *_) in SCENARIOS.items()], value="teach", label="scenario",
-                        elem_id="scenario")
-    algos = gr.CheckboxGroup(TRAIN_ALGOS, value=["fedavg", "fedala"], label="algorithms", elem_id="algos")
+    scenario = Radio([(label, k) for k, (label, *_) in SCENARIOS.items()], value="teach", label="scenario",
+                     elem_id="scenario", field="scenario")
+    algos = CheckboxGroup(TRAIN_ALGOS, value=["fedavg", "fedala"], label="algorithms", elem_id="algos",
+                          field="algos")
     train_settings(settings)
 
     def choose(name):

@@ -18,7 +18,7 @@ from ...experiments.runs import fig4_runs
 from ..jobs import job
 from ..recorded import recorded_panel
 from ..settings import DEFAULTS, make_config, whole
-from ..widgets import follow, plot, run_stop, table, whole_slider
+from ..widgets import Radio, follow, plot, run_stop, table, whole_slider
 from . import Panel
 
 PAPER_LABELS = 2  # labels per client of the paper's pathological MNIST
@@ -62,8 +62,8 @@ def build(app, settings) -> Panel:
                 "green squares: its end. By default on the paper's protocol: the pathological split (2 labels "
                 "per client), a client with a few hundred images, K once FedAvg has levelled off.")
     d = DEFAULTS
-    setting = gr.Radio([(v, k) for k, v in SETTINGS.items()], value="paper", label="data",
-                       elem_id="traj-setting")
+    setting = Radio([(v, k) for k, v in SETTINGS.items()], value="paper", label="data", elem_id="traj-setting",
+                    field="setting")
     with gr.Row():
         # client 7 holds ≈ 300 training images in the default pathological split (client 4, the paper's, 45)
         client = whole_slider(0, d["num_clients"] - 1, 7, "client", "traj-client", field="client")
