@@ -67,6 +67,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad_and_value
 
+from ..compute import batched
 from ..compute.backends import BatchPlan, LoopBackend
 from ..compute.parallel import forward_threads, thread_map
 from ..compute.rng import ALA_WINDOW, generator
@@ -130,6 +131,29 @@ def make_ala_step(model: nn.Module, eta: float, head_start: int, loss=None):
         grads, value = g_and_v(theta, {**lower, **carry.get("k", {})}, carry["buffers"], x, y, mask)
         new_w = {n: torch.clamp(w[n] - eta * grads[n] * (glob[n] - local[n]), 0, 1) for n in w}
         return {"w": new_w}, value.reshape(1)
+
+    if loss is None and batched.batchable(model):
+        step.batched = _batched_ala_step(model, eta, head_start)
+    return step
+
+
+def _batched_ala_step(model: nn.Module, eta: float, head_start: int):
+    """:func:`make_ala_step` for A clients at once (compute/batched.py): autograd of the sum of their losses
+    with respect to their Θ̂, G's parameters broadcast to every client where all share one G."""
+
+    def step(carry, shared, x, y, mask):
+        w, local = carry["w"], carry["l"]
+        glob = carry["g"] if "g" in carry else shared["g"]
+        lower = carry["lower"] if "lower" in carry else shared["lower"]
+        a = x.shape[0]
+        rest = lower if "lower" in carry else {n: v.expand(a, *v.shape) for n, v in lower.items()}
+        with torch.enable_grad():
+            theta = {n: blend(local[n], glob[n], w[n]).detach().requires_grad_(True) for n in w}
+            out = batched.forward(model, {**rest, **carry.get("k", {}), **theta}, x, start=head_start)
+            losses = batched.client_losses(out, y, mask)
+            grads = dict(zip(theta, torch.autograd.grad(losses.sum(), list(theta.values()))))
+        new_w = {n: torch.clamp(w[n] - eta * grads[n] * (glob[n] - local[n]), 0, 1) for n in w}
+        return {"w": new_w}, losses.detach().unsqueeze(1)
 
     return step
 
@@ -268,7 +292,8 @@ class WeightLearner:
             g, a, e = piece
             return functional_call(model, (g, buffers), (x[a:e],), {"stop": self.start})
 
-        outs = thread_map(chunk_out, pieces, threads=forward_threads(x.device), ctx=self.model,
+        below = sum(p.numel() for _, b in list(self.model.named_children())[:self.start] for p in b.parameters())
+        outs = thread_map(chunk_out, pieces, threads=forward_threads(x.device, work=len(x) * below), ctx=self.model,
                           per_thread=lambda: copy.deepcopy(self.model))
         return torch.cat(outs) if outs else x.new_zeros((0,))
 

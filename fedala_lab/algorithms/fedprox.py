@@ -22,6 +22,7 @@ class Proximal:
     mu: float
     key: str = "global"
     per_client: bool = False
+    batched = True  # elementwise: runs on all clients' stacked parameters at once (compute/steps.py)
 
     def grad(self, params: dict, carry: dict, shared: dict) -> dict:
         anchor = carry[self.key] if self.per_client else shared[self.key]

@@ -185,7 +185,8 @@ class VectorisedBackend:
         rows = plan.rows.index_select(0, perm)
         sizes = plan.sizes[order]
         aux = _aux_buffer(a, k_max, aux_size, x.device)
-        vstep = vmap(step, in_dims=(0, None, 0, 0, 0))
+        # a step with a batched form (batched.py) runs all the clients of a call in one pass, without vmap
+        vstep = getattr(step, "batched", None) or vmap(step, in_dims=(0, None, 0, 0, 0))
         batch_dependent = _batch_dependent(model)
         exact_sizes = train and batch_dependent
         # batch norm updates its running statistics in place during the forward pass: a call that

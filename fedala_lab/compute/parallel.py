@@ -49,12 +49,21 @@ def default_workers() -> int:
     return env_count(ENV_WORKERS) or available_cpus()
 
 
-def forward_threads(device: torch.device | str = "cpu") -> int:
+# Below this much work (rows × parameters, about multiply-adds) a forward pass is done before threads would have
+# started: the lecture's MLP on ALA's windows (≈ 2,000 rows × 34k parameters) spent longer in the thread pool's
+# locks than in its arithmetic.
+THREADED_WORK = 200_000_000
+
+
+def forward_threads(device: torch.device | str = "cpu", work: float | None = None) -> int:
     """How many threads a forward pass may use here: one per worker (cores, or ``$FEDALA_LAB_WORKERS``) on a
-    CPU when torch runs one thread per process, else 1. ``$FEDALA_LAB_FORWARD_THREADS=n`` allows at most n
-    (1 turns them off: benchmarks compare with and without; results are the same either way)."""
+    CPU when torch runs one thread per process, else 1; 1 too when its ``work`` (rows × parameters) is below
+    :data:`THREADED_WORK`. ``$FEDALA_LAB_FORWARD_THREADS=n`` allows at most n (1 turns them off: benchmarks
+    compare with and without; results are the same either way)."""
     cap = env_count(ENV_FORWARD_THREADS)  # read first, so that a bad value is refused on every device
     if torch.device(device).type != "cpu" or torch.get_num_threads() != 1:
+        return 1
+    if work is not None and work < THREADED_WORK:
         return 1
     return min(cap or default_workers(), default_workers())
 

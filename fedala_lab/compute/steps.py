@@ -5,7 +5,9 @@ under ``vmap`` by the vectorised one. Parameters are plain tensors passed to ``f
 module's own parameters are never used.
 
 Local SGD is described by a :class:`SGD` value (learning rate, an extra objective term, which parameters
-train), so that worker processes (workers.py) can rebuild the same step from it: it pickles.
+train), so that worker processes (workers.py) can rebuild the same step from it: it pickles. Where the model
+has a batched form (batched.py), a step also carries ``step.batched``: the same step for A clients at once,
+which the vectorised backend runs instead of ``vmap(step)``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value
 
+from . import batched as batched_forms
+
 
 class Objective(Protocol):
     """An extra term of the local objective, given by its gradient (FedProx's μ(θ − G), Ditto's λ(v − G)…).
@@ -25,7 +29,9 @@ class Objective(Protocol):
     client's own state in this call (its params, buffers and whatever else the caller put there, e.g. a
     per-client anchor), ``shared`` what every client sees (e.g. ``shared["global"]``, the global model).
     Written with plain tensor arithmetic so that it runs per client and under ``vmap`` alike; an instance of
-    a class importable by name pickles, so worker processes can use it."""
+    a class importable by name pickles, so worker processes can use it. An objective whose ``grad`` is
+    elementwise (it broadcasts: ``params`` and ``carry`` (A, *shape), ``shared`` unbatched) says so with a
+    class attribute ``batched = True``; the vectorised backend then runs it on all clients at once."""
 
     def grad(self, params: dict, carry: dict, shared: dict) -> dict: ...
 
@@ -77,6 +83,30 @@ def make_sgd_step(model: torch.nn.Module, sgd: SGD):
         return {"params": new}, loss.reshape(1)  # buffers (BN statistics) were updated in place
 
     step.sgd = sgd
+    if batched_forms.batchable(model) and (sgd.objective is None or getattr(sgd.objective, "batched", False)):
+        step.batched = _batched_sgd_step(model, sgd)
+    return step
+
+
+def _batched_sgd_step(model: torch.nn.Module, sgd: SGD):
+    """:func:`make_sgd_step` for A clients at once (batched.py): autograd of the sum of their losses."""
+    trainable = None if sgd.trainable is None else set(sgd.trainable)
+
+    def step(carry, shared, x, y, w):
+        params = carry["params"]
+        names = [n for n in params if trainable is None or n in trainable]
+        with torch.enable_grad():
+            train = {n: params[n].detach().requires_grad_(True) for n in names}
+            out = batched_forms.forward(model, {**params, **train}, x)
+            losses = batched_forms.client_losses(out, y, w)
+            grads = dict(zip(names, torch.autograd.grad(losses.sum(), [train[n] for n in names])))
+        if sgd.objective is not None:
+            extra = sgd.objective.grad({n: params[n] for n in names}, carry, shared)
+            grads = {n: grads[n] + extra[n] if n in extra else grads[n] for n in grads}
+        for n in names:  # in place: the backend's working copy (p − lr·g, rounded as out of place)
+            params[n].sub_(sgd.lr * grads[n])
+        return {"params": params}, losses.detach().unsqueeze(1)
+
     return step
 
 
@@ -90,4 +120,12 @@ def make_eval_step(model: torch.nn.Module):
         return {}, torch.stack([loss, correct])
 
     step.rebind = make_eval_step  # the same step on a copy of the model, for threads (compute/parallel.py)
+    if batched_forms.batchable(model):
+        def batched(carry, shared, x, y, w):
+            out = batched_forms.forward(model, carry["params"], x)
+            ce = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), reduction="none").reshape(y.shape)
+            correct = ((out.argmax(-1) == y).to(w.dtype) * w).sum(1)
+            return {}, torch.stack([(ce * w).sum(1), correct], dim=1)
+
+        step.batched = batched
     return step
