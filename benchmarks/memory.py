@@ -134,7 +134,7 @@ def main(argv=None) -> int:
     ap.add_argument("--append", type=Path, default=None, help="append the table to this Markdown file")
     ap.add_argument("--one", nargs=2, metavar=("SCENARIO", "CHUNK"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    from fedala_lab.engine.simulate import resolve_device
+    from fedala_lab.compute.device import resolve_device
 
     args.device = str(resolve_device(args.device))
     if args.one:

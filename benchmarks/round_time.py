@@ -41,7 +41,8 @@ import torch
 from fedala_lab.compute.backends import LoopBackend
 from fedala_lab.compute.parallel import ENV_FORWARD_THREADS
 from fedala_lab.data.federated import FederatedData
-from fedala_lab.engine.simulate import Simulation, resolve_device
+from fedala_lab.compute.device import resolve_device
+from fedala_lab.engine.simulate import Simulation
 from fedala_lab.experiments.presets import preset
 
 HERE = Path(__file__).resolve().parent
@@ -61,8 +62,7 @@ def one(cfg, data, sim_kw: dict) -> dict:
     serial = sim_kw.pop("serial-forward", False)
     sim = Simulation(cfg, data, **sim_kw)
     if loop_training:  # backend="auto" as it was before the workers backend: local training on the loop
-        sim.backend = LoopBackend()
-        sim._backends = {"loop": sim.backend}
+        sim.setup.backend = LoopBackend()
     marks = []  # after each round: this process's CPU seconds, training calls of the workers backend so far
 
     def mark(sim, row):

@@ -103,8 +103,8 @@ def _batched_sgd_step(model: torch.nn.Module, sgd: SGD):
         if sgd.objective is not None:
             extra = sgd.objective.grad({n: params[n] for n in names}, carry, shared)
             grads = {n: grads[n] + extra[n] if n in extra else grads[n] for n in grads}
-        for n in names:  # in place: the backend's working copy (p − lr·g, rounded as out of place)
-            params[n].sub_(sgd.lr * grads[n])
+        for n in names:  # in place, on the backend's working copy: one pass over each tensor
+            params[n].add_(grads[n], alpha=-sgd.lr)
         return {"params": params}, losses.detach().unsqueeze(1)
 
     return step
