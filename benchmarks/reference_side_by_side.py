@@ -26,6 +26,7 @@ Quote the ratio measured in one run on one machine, with the load average printe
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import re
 import shutil
@@ -84,7 +85,7 @@ def run_reference(system: Path, rounds: int, name: str, threads: int | None) -> 
         proc.wait()
     if proc.returncode:
         sys.exit(f"reference_side_by_side: the reference exited with {proc.returncode}: {' '.join(cmd)}")
-    return {"per_round": [b - a for a, b in zip(marks, marks[1:])], "own": budget, "wall": time.perf_counter() - t0}
+    return {"per_round": [b - a for a, b in itertools.pairwise(marks)], "own": budget, "wall": time.perf_counter() - t0}
 
 
 def run_fedala_lab(partition: Path, rounds: int) -> dict:

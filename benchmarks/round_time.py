@@ -39,9 +39,9 @@ from pathlib import Path
 import torch
 
 from fedala_lab.compute.backends import LoopBackend
+from fedala_lab.compute.device import resolve_device
 from fedala_lab.compute.parallel import ENV_FORWARD_THREADS
 from fedala_lab.data.federated import FederatedData
-from fedala_lab.compute.device import resolve_device
 from fedala_lab.engine.simulate import Simulation
 from fedala_lab.experiments.presets import preset
 
