@@ -191,8 +191,10 @@ class WeightLearner:
     """
 
     def __init__(self, model: nn.Module, *, p: int | None = None, names=None, received=None, eta: float,
-                 batch_size: int, threshold: float, num_pre_loss: int, max_start_epochs: int, loss=None):
+                 batch_size: int, threshold: float, num_pre_loss: int, max_start_epochs: int, loss=None,
+                 channels_last: bool = False):
         self.eta, self.batch_size, self.threshold = eta, batch_size, threshold
+        self.channels_last = channels_last  # the feature pass's images and conv weights in that format
         self.num_pre_loss, self.max_start_epochs = num_pre_loss, max_start_epochs
         params = dict(model.named_parameters())
         received = list(params) if received is None else [k for k in params if k in set(received)]
@@ -281,6 +283,10 @@ class WeightLearner:
         computed exactly as in one thread."""
         buffers = dict(self.model.named_buffers())
         self.model.eval()
+        nhwc = self.channels_last and x.dim() == 4
+        if nhwc:
+            glob = {n: v.contiguous(memory_format=torch.channels_last) if v.dim() in (4, 5) else v
+                    for n, v in glob.items()}
         if lengths is None:
             pieces = [(glob, i, min(i + chunk, len(x))) for i in range(0, len(x), chunk)]
         else:
@@ -290,7 +296,8 @@ class WeightLearner:
 
         def chunk_out(piece, model: nn.Module) -> torch.Tensor:
             g, a, e = piece
-            return functional_call(model, (g, buffers), (x[a:e],), {"stop": self.start})
+            xs = x[a:e].contiguous(memory_format=torch.channels_last) if nhwc else x[a:e]
+            return functional_call(model, (g, buffers), (xs,), {"stop": self.start})
 
         below = sum(p.numel() for _, b in list(self.model.named_children())[:self.start] for p in b.parameters())
         outs = thread_map(chunk_out, pieces, threads=forward_threads(x.device, work=len(x) * below), ctx=self.model,
@@ -515,7 +522,8 @@ class WithALA(Wrapper):
         cfg = setup.cfg
         self.learner = WeightLearner(setup.model, p=cfg.p, received=inner.downloads(), eta=cfg.eta,
                                      batch_size=cfg.batch_size, threshold=cfg.threshold,
-                                     num_pre_loss=cfg.num_pre_loss, max_start_epochs=cfg.max_start_epochs)
+                                     num_pre_loss=cfg.num_pre_loss, max_start_epochs=cfg.max_start_epochs,
+                                     channels_last=setup.channels_last)
         self.names, self.lower = self.learner.names, self.learner.lower
         self.initialise_all = cfg.ala_all_clients
 

@@ -130,7 +130,7 @@ class Setup:
     backends, the local SGD step). Built once per run by the engine."""
 
     def __init__(self, cfg, model: nn.Module, data: FederatedData, *, tracked: Sequence[int] = (),
-                 backend=None, chunk_clients: int | None = None):
+                 backend=None, chunk_clients: int | None = None, channels_last: bool = False):
         self.cfg, self.model, self.data = cfg, model, data
         self.device = data.device
         self.param_names = [k for k, _ in model.named_parameters()]
@@ -139,6 +139,8 @@ class Setup:
         self.num_params = sum(v.numel() for v in model.parameters())
         self.tracked = frozenset(tracked)
         self.chunk_clients = chunk_clients
+        # forward passes of conv models in channels_last memory format (CPU; equal to float rounding only)
+        self.channels_last = channels_last
         self._backends: dict[str, Any] = {}
         # the run's backend: local SGD and evaluation (worker processes run SGD recipes only, the rest here)
         self.backend = backend or self.backend_for(self.num_params)
@@ -176,7 +178,8 @@ class Setup:
         if name == "workers":
             name = "loop"
         if name not in self._backends:
-            self._backends[name] = make_backend(name, self.chunk_clients if name == "vectorised" else None)
+            self._backends[name] = make_backend(name, self.chunk_clients if name == "vectorised" else None,
+                                                channels_last=self.channels_last)
         return self._backends[name]
 
     def batches_per_epoch(self, n):

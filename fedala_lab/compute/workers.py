@@ -416,7 +416,7 @@ class WorkerBackend:
             self.in_process = True
         self.workers = 1 if self.in_process else size
         self.capacity = max(1, capacity)
-        self._loop = LoopBackend()
+        self._loop = LoopBackend(self.channels_last)  # evaluation and other forward passes here, in the same format
         self._portable: dict[SGD, bool] = {}
         # per training call: wall seconds and each worker's CPU seconds (the busiest one is the critical
         # path on an otherwise idle machine; benchmarks/round_time.py reports it)
