@@ -162,6 +162,21 @@ def test_a_registered_method_on_your_data_and_model_runs_split(algo, fedavgm):
     assert srun.config.data.is_custom and srun.config.model.startswith("custom:")
 
 
+def test_a_pfllib_directory_is_served_to_each_client_by_its_id(tmp_path):
+    import json
+
+    from test_pfllib import _make_partition
+
+    _make_partition(tmp_path / "part", [(30, 8), (12, 5), (44, 9)])
+    cfg = fl.RunConfig(data=fl.DataConfig(dataset=f"pfllib:{tmp_path / 'part'}", num_clients=3), model="mlp",
+                       algo="fedala", rounds=3, lr=0.05, batch_size=4, backend="loop", device="cpu")
+    # what a Flower client is sent: the config as JSON, from which it builds the same data (by content hash)
+    assert fl.RunConfig.from_dict(json.loads(json.dumps(cfg.to_dict(), default=str))) == cfg
+    sim, run = engine(cfg)
+    server, srun = split(cfg)
+    assert_same(run, srun, sim.global_params, server.sim.global_params)
+
+
 # ---------------------------------------------------------------------------------- what is refused
 
 
