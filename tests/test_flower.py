@@ -113,9 +113,17 @@ def test_each_client_keeps_its_own_model_and_state_between_rounds(ragged):
     assert torch.isnan(client.sim.local_params["fc.weight"]).all()
 
 
+def test_a_client_trains_alone_on_the_loop_backend_whatever_auto_would_pick(ragged):
+    sim, run = engine(small_cfg(algo="fedala", backend="loop"), ragged)
+    server, srun = split(small_cfg(algo="fedala", backend="auto"), ragged)  # vectorised in the engine
+    assert_same(run, srun, sim.global_params, server.sim.global_params)
+    assert srun.config.backend == "auto" and srun.meta["env"]["backend"] == "loop"
+
+
 def test_on_the_vectorised_backend_only_float_rounding_differs():
-    # Vectorised, the engine runs the 20 clients' steps in one vmap call, a Flower client its own alone: the
-    # same arithmetic batched otherwise, so evaluation sums and ALA's weights may differ in the last bits.
+    # Asked for explicitly, a client runs vectorised too: the engine runs the 20 clients' steps in one vmap
+    # call, a Flower client its own alone, the same arithmetic batched otherwise, so evaluation sums and ALA's
+    # weights differ in the last bits (and, as any float perturbation of SGD, more so over many rounds).
     cfg = fl.preset("teach", algo="fedala", rounds=3, backend="vectorised")
     sim, run = engine(cfg)
     server, srun = split(cfg)

@@ -31,9 +31,10 @@ with one line saying so; an algorithm class may declare otherwise with ``flower_
 ``flower_split = "why not"`` (it is refused with that reason).
 
 Same results: a round here calls the engine's pieces in the engine's order for each client (the same seeded
-draws: selection, straggler work, batch orders, ALA windows), so on the loop backend the global model after
-each round equals the engine's bit for bit (tests/test_flower.py); :func:`run_split` runs both halves in one
-process without Flower (the fast test of every method), fedala_lab.flower.apps carries them over Flower.
+draws: selection, straggler work, batch orders, ALA windows). A client trains alone, on the loop backend
+(unless the config says "vectorised"), so the global model after each round equals the engine's on the loop
+backend bit for bit (tests/test_flower.py). :func:`run_split` runs both halves in one process without
+Flower (the fast test of every method); fedala_lab.flower.apps carries them over Flower.
 """
 
 from __future__ import annotations
@@ -270,7 +271,9 @@ class ClientRound(Round):
 
 class ClientSide:
     """The client half of the round, for any client of one run, in one process (a Flower SuperNode's
-    ClientApp, a Ray actor serving several simulated clients one after another).
+    ClientApp, a Ray actor serving several simulated clients one after another). It trains one client at a
+    time, so the config's backend "auto" (vectorised: many clients batched in one call) and "workers" run on
+    the loop backend here; only an explicit "vectorised" is kept.
 
     It holds a :class:`Simulation` of the run's config on the run's data; before each order the client's saved
     rows are loaded into it (:meth:`serve`), after it they are saved and the rows poisoned again. ``saved`` is
@@ -278,11 +281,10 @@ class ClientSide:
     in the engine."""
 
     def __init__(self, cfg: RunConfig, data: FederatedData | None = None, model: nn.Module | None = None):
-        sim = Simulation(cfg, data, model=model)
-        if sim.backend.name == "workers":  # no worker processes inside a client process: one client, one loop
-            sim.close()
-            sim = Simulation(cfg.replace(backend="loop"), data, model=model)
-        self.sim = sim
+        if cfg.backend in ("auto", "workers"):
+            # one client per call: nothing to vectorise over, and no worker processes inside a client process
+            cfg = cfg.replace(backend="loop")
+        self.sim = sim = Simulation(cfg, data, model=model)
         self.n = sim.num_clients
         self.uploads = list(sim.algo.downloads())
         self.initial = {"params": {k: v.detach().clone() for k, v in sim.model.named_parameters()},
