@@ -56,6 +56,7 @@ ORDER, GLOBAL = "fedala.order", "fedala.global"  # server → client
 OUT_METRICS, UPLOAD, EXTRA = "fedala.metrics", "fedala.upload", "fedala.extra"  # client → server
 STATE = "fedala.client"  # the client's rows, in its Context.state (one record per run: STATE.<token>)
 PARTITION_ID = "partition-id"
+JOIN_SECONDS = 120.0  # how long the server waits for the federation's SuperNodes, unless a timeout is set
 
 
 # ------------------------------------------------------------------------------------------- records
@@ -201,13 +202,20 @@ class FlowerServer:
 
     def _nodes(self, grid: Grid) -> dict[int, int]:
         """partition (client id) → node id, from a handshake with every SuperNode; the federation must have
-        one SuperNode per client of the run's data."""
+        one SuperNode per client of the run's data. Waits for them up to ``timeout`` (default 120 s)."""
         n = self.side.n
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        ids = list(grid.get_node_ids())
-        while len(ids) < n and (deadline is None or time.monotonic() < deadline):
+        deadline = time.monotonic() + (self.timeout or JOIN_SECONDS)
+        ids, said = list(grid.get_node_ids()), -1
+        while len(ids) < n and time.monotonic() < deadline:
+            if len(ids) != said and self.progress:
+                log(INFO, "fedala_lab: waiting for SuperNodes, %d of %d connected", len(ids), n)
+                said = len(ids)
             time.sleep(0.2)
             ids = list(grid.get_node_ids())
+        if len(ids) < n:
+            raise ConfigError("num_clients", n, f"the number of SuperNodes, one per client: {len(ids)} connected",
+                              "a simulation needs --federation-config \"num-supernodes=N\" (flwr run) or "
+                              "run_flower; a deployment one SuperNode per client, partition-id 0 … N−1")
         dummy = Order(0, -1, [], init=False, evaluate=False, train=False)
         messages = [Message(RecordDict({ORDER: self._order(dummy)}), dst_node_id=i, message_type="query", group_id="0")
                     for i in ids]
@@ -227,7 +235,7 @@ class FlowerServer:
         if sorted(found) != list(range(n)):
             raise ConfigError("num_clients", n, f"the number of SuperNodes, one per client: the federation has "
                               f"{len(ids)} serving partitions {sorted(found)[:20]}",
-                              "run it with as many SuperNodes as clients, partition-id 0 … N−1")
+                              "one SuperNode per client, partition-id 0 … N−1")
         return found
 
 
