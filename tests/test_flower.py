@@ -299,6 +299,58 @@ def test_the_flower_app_config_names_the_apps_and_a_run():
         config_from_run_config({**app["config"], "set": "no_such=1"})
 
 
+def test_the_client_app_keeps_each_clients_rows_in_its_context_and_the_server_decodes_its_replies(monkeypatch):
+    """The ClientApp's handlers and the server's messages without Ray: each node's Context carried from
+    message to message as Flower carries it, the replies decoded by the server, the run the engine's."""
+    from flwr.app import Context, Message, RecordDict
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for k in ("_run_id", "_node_id", "_task_id"):  # what Flower sets in the process of a ServerApp
+        monkeypatch.setattr(TaskIdentity, k, 1)
+
+    from fedala_lab.flower import FlowerServer, client_app
+    from fedala_lab.flower.apps import EXTRA, GLOBAL, ORDER, STATE, _arrays, _reply
+
+    cfg = fl.preset("teach-digits", algo="fedprox+ala", rounds=3, num_clients=4, backend="loop", join_ratio=0.5)
+    sim, run = engine(cfg)
+    server = FlowerServer(cfg, progress=False)
+    nodes = {c: Context(run_id=1, node_id=100 + c, node_config={"partition-id": c}, state=RecordDict(),
+                        run_config={}) for c in range(4)}
+    dummy = Order(0, -1, [], init=False, evaluate=False, train=False)
+    for c, ctx in nodes.items():  # the handshake
+        hello = client_app(Message(RecordDict({ORDER: server._order(dummy)}), dst_node_id=100 + c,
+                                   message_type="query"), ctx)
+        assert int(hello.content[EXTRA]["client"]) == c
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for t in (1, 2, 3):
+            orders = server.side.orders(t)
+            glob = _arrays(server.side.downloads())
+            replies = []
+            for o in orders:
+                msg = Message(RecordDict({ORDER: server._order(o), GLOBAL: glob}), dst_node_id=100 + o.client,
+                              message_type="train" if o.train else "evaluate")
+                replies.append(_reply(client_app(msg, nodes[o.client]), o.client))
+            server.side.finish(t, replies)
+    assert all(f"{STATE}.{server.token}" in ctx.state for ctx in nodes.values())
+    wrong = Message(RecordDict({ORDER: server._order(orders[1]), GLOBAL: glob}), dst_node_id=100,
+                    message_type="train")
+    with pytest.raises(fl.FedalaError, match=f"an order for client {orders[1].client} reached the node of partition 0"):
+        client_app(wrong, nodes[0])
+    assert_same(run, server.side.to_run(), sim.global_params, server.side.sim.global_params)
+
+
+def test_run_flower_saves_the_run_in_the_store_given(monkeypatch, tmp_path, ragged):
+    from types import SimpleNamespace
+
+    from fedala_lab.flower import apps, run_flower
+
+    _, srun = split(small_cfg(algo="fedala", rounds=2), ragged)
+    monkeypatch.setattr(apps, "simulate_flower", lambda cfgs, *a, **k: [SimpleNamespace(run=srun)])
+    run = run_flower(srun.config, ragged, store=tmp_path / "flower")
+    assert run is srun and run.path.parent == tmp_path / "flower" and (run.path / "manifest.json").is_file()
+
+
 @pytest.mark.slow
 def test_fedavg_and_fedala_over_flowers_simulation_engine_equal_the_engine(tmp_path):
     """The issue's test: FedAvg and FedALA on teach for 3 rounds as a Flower app (Flower's simulation
