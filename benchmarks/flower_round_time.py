@@ -36,6 +36,9 @@ from pathlib import Path
 
 import torch
 
+os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # offline, before flwr loads
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
 from fedala_lab.engine.simulate import Simulation
 from fedala_lab.experiments.presets import preset
 from fedala_lab.flower import simulate_flower, split_simulation
@@ -93,7 +96,6 @@ def main(argv=None) -> int:
     ap.add_argument("--backends", default="loop,auto", help="the configs' backend (auto: vectorised for teach)")
     ap.add_argument("--out", default=str(HERE / "results.md"), help="append the tables here ('-': print only)")
     args = ap.parse_args(argv)
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     algos, backends = args.algos.split(","), args.backends.split(",")
     cfgs = {(a, b): preset(args.preset, algo=a, rounds=args.rounds, backend=b, device="cpu", checkpoint_every=0)
             for a in algos for b in backends}

@@ -10,6 +10,7 @@ tables are compared as sets of rows.
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import numpy as np
@@ -278,6 +279,8 @@ def test_a_clients_rows_of_a_state_round_trip_and_the_rest_stays(ragged):
 
 # --------------------------------------------------------------------------------------- over Flower
 
+os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # offline: before flwr is imported
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 flwr = pytest.importorskip("flwr", reason="fedala_lab[flower] not installed")
 
 

@@ -36,6 +36,11 @@ from logging import INFO, WARNING
 from pathlib import Path
 
 import torch
+
+# Before Flower and Ray read them: nothing leaves the machine (Flower's telemetry, Ray's usage statistics)
+os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.logger import log
@@ -49,8 +54,6 @@ from ..models import CUSTOM_PREFIX
 from ..record.run import Run
 from ..record.store import RunStore
 from .split import METRICS, ClientSide, Order, Reply, ServerSide, from_bytes, to_bytes
-
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # read when Flower starts Ray: nothing leaves the machine
 
 ORDER, GLOBAL = "fedala.order", "fedala.global"  # server → client
 OUT_METRICS, UPLOAD, EXTRA = "fedala.metrics", "fedala.upload", "fedala.extra"  # client → server
@@ -248,8 +251,8 @@ def run_flower(cfg: RunConfig, data: FederatedData | None = None, *, model=None,
     SuperNode per client; returns the same :class:`Run` as ``simulate(cfg, data, model=model)`` (on the loop
     backend the same global models, bit for bit; docs/flower.md).
 
-    ``backend_config``: Flower's (default ``{"client_resources": {"num_cpus": 1}}``: as many client
-    processes as cores); ``store``: also save the run there (a RunStore or its folder; keep Flower runs apart
+    ``backend_config``: Flower's (default ``{"client_resources": {"num_cpus": 1}}`` and Ray given
+    min(cores, clients) CPUs: a client process per core, at most one per client); ``store``: also save the run there (a RunStore or its folder; keep Flower runs apart
     from the engine's, e.g. ``runs/flower``: they share the config's key). Raises ConfigError for a method that
     cannot run with clients and server apart, TrainingDiverged as the engine does.
     """
@@ -288,8 +291,11 @@ def simulate_flower(cfgs: Sequence[RunConfig], data: FederatedData | None = None
                     return
 
         server_app.main()(main)
-        config = backend_config if backend_config is not None else {"client_resources": {"num_cpus": 1}}
-        run_simulation(server_app=server_app, client_app=client_app, num_supernodes=servers[0].side.n,
+        n = servers[0].side.n
+        # default: a client process per core, but no more than there are clients (each holds the run's data)
+        config = backend_config if backend_config is not None else {
+            "client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": min(os.cpu_count() or 1, n)}}
+        run_simulation(server_app=server_app, client_app=client_app, num_supernodes=n,
                        backend_config=config, verbose_logging=verbose)
     for s in servers:
         if s.error is not None:
