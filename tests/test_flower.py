@@ -343,6 +343,18 @@ def test_the_client_app_keeps_each_clients_rows_in_its_context_and_the_server_de
     assert_same(run, server.side.to_run(), sim.global_params, server.side.sim.global_params)
 
 
+def test_a_client_loads_handed_over_data_only_when_run_flower_started_it(monkeypatch, tmp_path):
+    import json
+
+    from fedala_lab.flower import apps
+
+    handed = tmp_path / "handed.pt"
+    torch.save({"data": None, "model": None}, handed)  # a file a server could name: never unpickled unasked
+    monkeypatch.delenv(apps.PAYLOAD_ENV, raising=False)
+    with pytest.raises(fl.FedalaError, match="only in run_flower's local simulation"):
+        apps._client_side(json.dumps(fl.RunConfig().to_dict(), default=str), str(handed))
+
+
 def test_run_flower_saves_the_run_in_the_store_given(monkeypatch, tmp_path, ragged):
     from types import SimpleNamespace
 

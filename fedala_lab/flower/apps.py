@@ -59,6 +59,7 @@ ORDER, GLOBAL = "fedala.order", "fedala.global"  # server → client
 OUT_METRICS, UPLOAD, EXTRA = "fedala.metrics", "fedala.upload", "fedala.extra"  # client → server
 STATE = "fedala.client"  # the client's rows, in its Context.state (one record per run: STATE.<token>)
 PARTITION_ID = "partition-id"
+PAYLOAD_ENV = "FEDALA_FLOWER_PAYLOAD"  # the one file of custom data/model this machine's clients may load
 JOIN_SECONDS = 120.0  # how long the server waits for the federation's SuperNodes, unless a timeout is set
 
 
@@ -107,6 +108,9 @@ def _client_side(run_json: str, payload: str) -> ClientSide:
     if side is None:
         data = model = None
         if payload:  # data or a model of the caller's own, handed over by run_flower in a private file
+            if os.environ.get(PAYLOAD_ENV) != payload:  # never a file a server names: it would run its pickle
+                raise FedalaError("custom data and models reach clients only in run_flower's local simulation: "
+                                  "this client was not started by it")
             handed = torch.load(payload, map_location="cpu", weights_only=False)
             data, model = handed["data"], handed["model"]
         side = _SIDES[key] = ClientSide(RunConfig.from_dict(json.loads(run_json)), data, model)
@@ -295,8 +299,16 @@ def simulate_flower(cfgs: Sequence[RunConfig], data: FederatedData | None = None
         # default: a client process per core, but no more than there are clients (each holds the run's data)
         config = backend_config if backend_config is not None else {
             "client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": min(os.cpu_count() or 1, n)}}
-        run_simulation(server_app=server_app, client_app=client_app, num_supernodes=n,
-                       backend_config=config, verbose_logging=verbose)
+        before = os.environ.get(PAYLOAD_ENV)
+        os.environ[PAYLOAD_ENV] = payload  # the client processes (Ray's, started from here) inherit it
+        try:
+            run_simulation(server_app=server_app, client_app=client_app, num_supernodes=n,
+                           backend_config=config, verbose_logging=verbose)
+        finally:
+            if before is None:
+                os.environ.pop(PAYLOAD_ENV, None)
+            else:
+                os.environ[PAYLOAD_ENV] = before
     for s in servers:
         if s.error is not None:
             raise s.error
