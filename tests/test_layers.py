@@ -48,6 +48,7 @@ LAYERS = {
     # 10: the faces: the command line and the lecture app
     "fedala_lab.cli": 10,
     "fedala_lab.webapp": 10,
+    "fedala_lab.flower": 10,  # fedala_lab as a Flower app: runs the engine's pieces split, a face like the CLI
     # 11: the package root, which hands on the few names a user starts from
     "fedala_lab": 11,
 }
