@@ -77,6 +77,9 @@ def make_pfedme_step(model: torch.nn.Module, *, lr: float, plr: float, lam: floa
 class PFedMe(Algorithm):
     """Local models w_i federated with a β-step server; personal models θ_i, their proximal points, evaluated."""
 
+    # its server hook (aggregate) never reads its state, the clients' personal models: it runs on Flower
+    flower_split = True
+
     def __init__(self, setup: Setup):
         super().__init__(setup)
         cfg = self.cfg
