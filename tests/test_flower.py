@@ -21,6 +21,7 @@ from conftest import small_cfg
 
 import fedala_lab as fl
 from fedala_lab.engine.simulate import Simulation
+from fedala_lab.errors import ConfigError
 from fedala_lab.flower import ClientSide, ServerSide, SplitError, run_split, split_refusal, split_simulation
 from fedala_lab.flower.split import Order, from_bytes, poison, put_state_rows, state_rows, to_bytes
 
@@ -387,3 +388,22 @@ def test_fedavg_and_fedala_over_flowers_simulation_engine_equal_the_engine(tmp_p
     back = store.load(path.name)
     assert back.meta["engine"] == "flower" and len(back.ala) > 0
     ConvergenceDisplay.from_runs([back, servers[0].run])
+
+
+@pytest.mark.parametrize("algo", ["perfedavg", "pfedme", "fedphp", "partialfed", "pfedme+ala"])
+def test_the_pfl_baselines_that_split_equal_the_engine(algo):
+    from fedala_lab.engine.simulate import simulate
+    from fedala_lab.experiments.presets import preset
+
+    cfg = preset("teach", algo=algo, rounds=2, num_clients=6, backend="loop")
+    split, engine = run_split(cfg), simulate(cfg, progress=False)
+    assert split.rounds["acc"].equals(engine.rounds["acc"]) and split.clients["test_loss"].equals(
+        engine.clients["test_loss"])
+
+
+@pytest.mark.parametrize("algo", ["fedamp", "fedfomo", "apple"])
+def test_methods_whose_server_sends_client_models_are_refused(algo):
+    from fedala_lab.experiments.presets import preset
+
+    with pytest.raises(ConfigError, match="cannot run with clients and server apart"):
+        run_split(preset("teach", algo=algo, rounds=1, num_clients=4))

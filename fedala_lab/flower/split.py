@@ -60,7 +60,8 @@ from ..record.run import Run
 
 SERVER_HOOKS = ("select", "aggregate")
 CLIENT_HOOKS = ("initialise", "personalise", "local_train")
-SPLIT_METHODS = "FedAvg, FedProx, FedALA, any +ala, the -c variants, Ditto, FedRep, Local"
+SPLIT_METHODS = ("FedAvg, FedProx, FedALA, any +ala, the -c variants, Per-FedAvg, FedRep, pFedMe, Ditto, FedPHP, "
+                 "PartialFed, Local")
 
 
 class SplitError(FedalaError, RuntimeError):
