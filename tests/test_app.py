@@ -253,13 +253,41 @@ def test_ablation_sweeps_p_and_refuses_p_beyond_the_model(app):
 
 
 def test_fedlama_compares_communication_at_equal_steps(app):
-    fig, table, status = app.fedlama(5, 2, False, **{**SMALL, "rounds": 6})
-    by = dict(zip(table["label"], table["comm_pct"], strict=True))
+    fig, table, found, status = app.fedlama(5, 2, False, "authors", 6, **SMALL)
+    by = dict(zip(table["method"], table["upload % of FedAvg(τ0)"], strict=True))
     assert by["FedAvg(τ0=5)"] == 100.0 and by["FedAvg(φτ0=10)"] == pytest.approx(50.0)
     assert 50.0 <= by["FedLAMA(τ0=5, φ=2)"] <= 100.0
     assert len(fig.axes[0].get_lines()) == 3 and status.startswith("3 run(s)")
+    # the bytes are on the tab: upload and download in MB, as the runs recorded them (6 rounds of their own)
+    lama_cfg = ui.make_config(algo="fedlama", preset_name="teach-fedlama", tau0=5, phi=2, lama_rule="authors",
+                              **{**SMALL, "rounds": 6})
+    run = app.store.find(lama_cfg)
+    assert run is not None and run.summary()["rounds"] == 6
+    row = table.set_index("method").loc["FedLAMA(τ0=5, φ=2)"]
+    assert row["upload MB"] == pytest.approx(run.summary()["bytes_up"] / 2**20, abs=0.01)
+    assert row["download MB"] == pytest.approx(run.summary()["bytes_down"] / 2**20, abs=0.01)
+    # the sentence names the rule, the share of bytes and which model is evaluated
+    assert "the authors' rule" in found and f"{by['FedLAMA(τ0=5, φ=2)']:.1f} %" in found
+    assert "server model" in found and "points" in found
+    # the paper's rule is offered too, and is another run
+    *_, found_spec, _ = app.fedlama(5, 2, False, "spec", 6, **SMALL)
+    assert "the paper's rule" in found_spec
+    assert app.store.find(lama_cfg.replace(lama_rule="spec")) is not None
     with pytest.raises(gr.Error, match="tau0=0 is not allowed"):
-        app.fedlama(0, 2, False, **SMALL)
+        app.fedlama(0, 2, False, "authors", 6, **SMALL)
+    with pytest.raises(gr.Error, match="rule='paper' is not allowed"):
+        app.fedlama(5, 2, False, "paper", 6, **SMALL)
+
+
+def test_fedlama_tab_defaults_are_the_teach_fedlama_preset():
+    from fedala_lab.webapp.tabs import fedlama as tab
+
+    demo = ui.build_app(store=None)
+    values = {c.elem_id: c.value for c in demo.blocks.values() if getattr(c, "elem_id", None) and hasattr(c, "value")}
+    cfg = preset("teach-fedlama")
+    assert (values["tau0"], values["phi"], values["lama-rounds"], values["lama-rule"]) == (
+        cfg.tau0, cfg.phi, cfg.rounds, cfg.lama_rule) == (5, 2, 100, "authors")
+    assert cfg.lama_eval == "server" and set(tab.RULES) == {"authors", "spec"}
 
 
 def test_runs_tab_reaches_only_the_store(app, tmp_path):

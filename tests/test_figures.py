@@ -181,8 +181,9 @@ def test_text_of_a_setting():
     assert run_settings(cfg(algo="fedavg")) == "lr 0.1, batch 10, E 1, ρ 1"
     assert run_settings(cfg(algo="fedprox+ala")) == "lr 0.1, batch 10, E 1, ρ 1, μ 0.001, η 1, s 80, p 1"
     assert run_settings(cfg(ala_after=30)).endswith("p 1, ALA after round 30")
-    assert run_settings(preset("teach-fedlama")).endswith("τ0 10, φ 2") and "τ 10 steps" in run_settings(
+    assert run_settings(preset("teach-fedlama")).endswith("τ0 5, φ 2, rule authors") and "τ 5 steps" in run_settings(
         preset("teach-fedlama"))
+    assert run_settings(preset("teach-fedlama", lama_eval="clients")).endswith("rule authors, evaluating clients")
 
 
 # ----------------------------------------------------------------------------------------- Fig. 5
