@@ -223,17 +223,32 @@ def test_stop_before_a_queued_job_starts_keeps_what_the_page_shows(app):
 
 
 def test_trajectory_draws_fig4(app):
-    fig, table, note = app.trajectory(2, 5, 2, 7, "settings", **{**SMALL, "rounds": 8})
+    fig, acc, table, note = app.trajectory(2, 5, 2, 7, "settings", **{**SMALL, "rounds": 8})
     from matplotlib.contour import ContourSet
     from matplotlib.quiver import Quiver
 
     ax = fig.axes[0]
     assert any(isinstance(c, ContourSet) for c in ax.collections)  # the loss surface
-    assert len([c for c in ax.collections if isinstance(c, Quiver)]) == 2  # FedAvg's and FedALA's arrows
-    assert [t.get_text().split(" (")[0] for t in ax.get_legend().get_texts()][:2] == ["FedAvg", "FedALA"]
+    # rounds 3–5 are shared by both runs (ALA on after round 5): drawn once, in grey; then each run's own
+    assert len([c for c in ax.collections if isinstance(c, Quiver)]) == 3
+    assert [t.get_text().split(" (")[0] for t in ax.get_legend().get_texts()][:3] == [
+        "rounds ≤ 5: both runs", "FedAvg", "FedALA"]
     assert ax.get_xlabel().startswith("C1") and ax.get_ylabel().startswith("C2")
-    assert list(table["label"]) == ["FedAvg", "FedALA"]
-    assert "rounds 3–8" in note and "after round 5" in note
+    # readable headers; the rounds after K only
+    assert list(table["run"]) == ["FedAvg", "FedALA"]
+    assert "start-of-round loss (mean after K)" in table and "client's test accuracy % (mean after K)" in table
+    fedala = app.store.find(ui.make_config(algo="fedala", **{**SMALL, "rounds": 8}).replace(
+        ala_after=5, snapshot_clients="2", snapshot_from=3))
+    own = fedala.clients[(fedala.clients["client"] == 2) & (fedala.clients["round"] > 5)]["test_acc"].mean()
+    assert table["client's test accuracy % (mean after K)"].iloc[1] == pytest.approx(100 * own, abs=1e-3)
+    # the accuracy around K: all clients and the client, FedALA's lines from K on, K marked
+    lines = {ln.get_label(): ln for ln in acc.axes[0].get_lines() if not ln.get_label().startswith("_")}
+    assert set(lines) == {"FedAvg, all clients", "FedALA, all clients", "FedAvg, client 2", "FedALA, client 2"}
+    assert list(lines["FedALA, all clients"].get_xdata()) == [5, 6, 7, 8]
+    assert "ALA on after round 5" in [t.get_text() for t in acc.axes[0].texts]
+    # what it shows, in words with its numbers
+    assert "rounds 3–8" in note and "after round 5" in note and "Start of a round" in note
+    assert f"{table['start-of-round loss (mean after K)'].iloc[1]:.2f}" in note
     with pytest.raises(gr.Error, match="K=8 is not allowed"):
         app.trajectory(2, 8, 2, 7, "settings", **{**SMALL, "rounds": 8})
     with pytest.raises(gr.Error, match="client=10 is not allowed: a client id from 0 to 9"):
@@ -386,9 +401,9 @@ def test_warm_up_runs_the_default_path_quietly(caplog, tmp_path, monkeypatch):
 
 
 def test_trajectory_follows_the_papers_protocol_by_default(app):
-    _, table, note = app.trajectory(2, 5, 2, 7, "paper", **{**SMALL, "rounds": 8})
+    _, _, table, note = app.trajectory(2, 5, 2, 7, "paper", **{**SMALL, "rounds": 8})
     assert "pathological, 2 labels per client" in note.split(":")[0]
-    assert list(table["label"]) == ["FedAvg", "FedALA"]
+    assert list(table["run"]) == ["FedAvg", "FedALA"]
     with pytest.raises(gr.Error, match="setting='nope'"):
         app.trajectory(2, 5, 2, 7, "nope", **{**SMALL, "rounds": 8})
 
