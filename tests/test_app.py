@@ -151,6 +151,13 @@ def test_stop_keeps_the_checkpoint_and_run_again_resumes(app, tmp_path):
     cfg = ui.make_config(algo="fedala", **settings)
     assert app.store.find(cfg) is None and app.store.checkpoint_for(cfg).is_file()
     assert table["run"].iloc[0] == app.store.name_for(cfg)  # the name the Runs tab lists it by
+    # the per-client plots drawn after it show the same stopped run at its last round, never an older one
+    per_client, spread = app.train_clients(["fedala"], **settings)
+    assert [t.get_text().split(":")[0] for t in per_client.axes[0].get_legend().get_texts()] == [
+        "FedALA (stopped at round 4)"]
+    stopped = per_client.axes[0].collections[1].get_offsets()[:, 1]
+    np.testing.assert_allclose(np.sort(stopped), np.sort(100 * acc_at(app.store, cfg, 4)))
+    assert [t.get_text() for t in spread.axes[0].get_xticklabels()] == ["FedALA (stopped at round 4)"]
 
     rec = Progress()
     *_, table, status = app.train(["fedala"], **settings, progress=rec, request=request)
@@ -162,6 +169,14 @@ def test_stop_keeps_the_checkpoint_and_run_again_resumes(app, tmp_path):
     # Stop once the job has finished (or from a session with no job) is harmless
     assert app.stop(request) == "Nothing is running."
     assert app.stop(types.SimpleNamespace(session_hash="nobody")) == "Nothing is running."
+
+
+def acc_at(store, cfg, t: int) -> np.ndarray:
+    """Every client's test accuracy in round ``t`` of the stopped run of ``cfg`` (its checkpoint)."""
+    from fedala_lab.experiments.runs import load_stored
+
+    c = load_stored(store, store.name_for(cfg)).clients
+    return c.loc[c["round"] == t, "test_acc"].to_numpy()
 
 
 def test_ala_inside_draws_fig2_and_fig3(app):
@@ -456,6 +471,31 @@ def test_fedprox_scenario_sets_stragglers_and_both_methods_train(app):
     assert (runs[0].rounds["dropped"] > 0).all() and (runs[1].rounds["dropped"] == 0).all()
     with pytest.raises(gr.Error, match="stragglers=1.5 is not allowed"):
         app.train(["fedprox"], **{**small, "stragglers": 1.5})
+    # the Runs tab tells a run with stragglers (and its seed) from a normal one
+    listing, *_ = app.runs("")
+    rows = listing[listing["name"].isin([r.path.name for r in runs])].set_index("algorithm")
+    assert rows.loc["FedAvg", "settings"].endswith("50 % stragglers dropped")
+    assert "50 % stragglers kept" in rows.loc["FedProx", "settings"]
+    assert (rows["seed"] == SMALL["seed"]).all()
+
+
+def test_scenario_says_what_it_changed_for_every_tab():
+    from fedala_lab.webapp.settings import SCENARIO_FIELDS, scenario_notice, scenario_values
+
+    teach, _ = scenario_values("teach")
+    note = scenario_notice("fedprox", teach)
+    assert "every tab" in note and "partition Dirichlet → **pathological**" in note
+    assert "stragglers 0 → **0.9**" in note and "local epochs E 1 → **5**" in note and "go back" in note
+    assert scenario_notice("teach", teach) == ""  # nothing changed: nothing to say
+    back = scenario_notice("teach", scenario_values("fedprox")[0])
+    assert "partition pathological → **Dirichlet**" in back and "go back" not in back
+    # the notice stands above the tabs, and choosing a scenario writes it
+    demo = ui.build_app(store=None)
+    notice = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "scenario-notice")
+    scenario = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "scenario")
+    deps = [d for d in demo.config["dependencies"] if scenario._id in [t[0] for t in d["targets"]]]
+    assert any(notice._id in d["outputs"] for d in deps)
+    assert len(SCENARIO_FIELDS) == 6
 
 
 def test_heterogeneity_ladder_runs_fedavg_on_every_split_over_seeds(app):

@@ -87,11 +87,45 @@ def scenario_values(name: str) -> tuple[list, list[str]]:
     return [getattr(cfg.data, k) if hasattr(cfg.data, k) else getattr(cfg, k) for k in SCENARIO_FIELDS], algos
 
 
+# how the notice names the fields a scenario sets (the data row's first: they change every tab)
+SCENARIO_NAMES = {"partition": "partition", "classes_per_client": "labels per client", "beta": "Dirichlet β",
+                  "local_epochs": "local epochs E", "stragglers": "stragglers", "mu": "FedProx μ"}
+
+
+def scenario_notice(name: str, before: list) -> str:
+    """The line shown above the tabs once scenario ``name`` was chosen: what it changed (``before`` are the
+    values of :data:`SCENARIO_FIELDS` it replaced), and that every tab now uses it. Empty when it changed
+    nothing."""
+    label = SCENARIOS[name][0]
+    values, _ = scenario_values(name)
+    changed = [f"{SCENARIO_NAMES[k]} {_shown(old)} → **{_shown(new)}**"
+               for k, old, new in zip(SCENARIO_FIELDS, before, values, strict=True) if not _same(old, new)]
+    if not changed:
+        return ""
+    back = "" if name == "teach" else f" Choose “{SCENARIOS['teach'][0]}” on *Train & compare* to go back."
+    return (f"**Scenario: {label}.** It changed the settings of every tab (the data row above and *Train & "
+            f"compare*): {', '.join(changed)}.{back}")
+
+
+def _same(a, b) -> bool:
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return a == b
+
+
+def _shown(v) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    return {val: lab for lab, val in PARTITION_CHOICES}.get(v, str(v)) if isinstance(v, str) else str(v)
+
+
 @dataclass
 class Settings:
     """The shared setting widgets by field name; :attr:`inputs` in the handlers' parameter order."""
 
     widgets: dict = field(default_factory=dict)
+    notice: object = None  # the line above the tabs saying what a scenario changed for every tab
 
     def __getitem__(self, name: str):
         return self.widgets[name]
@@ -120,6 +154,7 @@ def data_settings(settings: Settings) -> None:
                                field="classes_per_client", scale=2, visible=d["partition"] == "pathological")
     partition.change(lambda p: (gr.update(visible=p == "dirichlet"), gr.update(visible=p == "pathological")),
                      partition, [beta, classes], queue=False, api_visibility="private")
+    settings.notice = gr.Markdown(elem_id="scenario-notice")
     settings.widgets.update(dataset=dataset, partition=partition, num_clients=num_clients, beta=beta,
                             classes_per_client=classes)
 

@@ -27,10 +27,10 @@ DATASET_FILTER = [ANY] + DATASET_CHOICES
 PARTITION_FILTER = [ANY] + PARTITION_CHOICES
 STATUS_FILTER = [ANY, ("complete", "complete"), ("diverged", "diverged"), ("stopped", "stopped")]
 # The columns of the list and of the comparison, with their widths (the run's folder name wraps in its own)
-LISTED = {"date": "9%", "algorithm": "8%", "data": "9%", "clients": "5%", "settings": "20%", "rounds": "5%",
-          "status": "9%", "best acc %": "6%", "final acc %": "6%", "name": "23%"}
-COMPARED = {"#": "3%", "algorithm": "8%", "data": "9%", "clients": "5%", "settings": "20%", "rounds": "6%",
-            "status": "9%", "best acc %": "6%", "best round": "5%", "final acc %": "6%", "run": "23%"}
+LISTED = {"date": "9%", "algorithm": "8%", "data": "9%", "clients": "5%", "settings": "21%", "seed": "4%",
+          "rounds": "5%", "status": "9%", "best acc %": "6%", "final acc %": "6%", "name": "18%"}
+COMPARED = {"#": "3%", "algorithm": "8%", "data": "9%", "clients": "5%", "settings": "21%", "seed": "4%",
+            "rounds": "6%", "status": "9%", "best acc %": "6%", "best round": "5%", "final acc %": "6%", "run": "18%"}
 
 
 @friendly
@@ -85,6 +85,7 @@ def _listing(overview: pd.DataFrame) -> pd.DataFrame:
             "data": setting_label(cfg) if cfg else "?",
             "clients": cfg.data.num_clients if cfg else None,
             "settings": run_settings(cfg) if cfg else "",
+            "seed": cfg.seed if cfg else None,
             "rounds": cfg.rounds if cfg else None,
             "status": _status(r),
             "best acc %": None if pd.isna(r.best_acc) else round(float(r.best_acc), 2),
@@ -115,7 +116,7 @@ def _compared(names, loaded) -> pd.DataFrame:
     for i, (name, run) in enumerate(zip(names, loaded), 1):
         s, cfg = run.summary(), run.config
         rows.append({"#": i, "algorithm": algo_label(cfg.algo), "data": setting_label(cfg),
-                     "clients": cfg.data.num_clients, "settings": run_settings(cfg),
+                     "clients": cfg.data.num_clients, "settings": run_settings(cfg), "seed": cfg.seed,
                      "rounds": f"{s['rounds']} of {cfg.rounds}" if run.status == "partial" else cfg.rounds,
                      "status": f"stopped at round {s['rounds']}" if run.status == "partial" else run.status,
                      "best acc %": round(s["best_acc"], 2), "best round": s["best_round"],

@@ -11,9 +11,17 @@ import pandas as pd
 
 from ...config import algo_label
 from ...errors import ConfigError
-from ...experiments.runs import get_or_run
+from ...experiments.runs import get_or_run, load_stored
 from ..jobs import finished_status, job, run_label
-from ..settings import SCENARIO_FIELDS, SCENARIOS, TRAIN_ALGOS, make_config, scenario_values, train_settings
+from ..settings import (
+    SCENARIO_FIELDS,
+    SCENARIOS,
+    TRAIN_ALGOS,
+    make_config,
+    scenario_notice,
+    scenario_values,
+    train_settings,
+)
 from ..widgets import plot, run_stop, table
 from . import Panel
 
@@ -40,14 +48,26 @@ def train(app, algos, settings, job):
 
 @job
 def clients(app, algos, settings, job):
-    """Each client's final accuracy under every selected algorithm whose run is stored (drawn after
-    :func:`train`): per client, and as a spread over clients."""
+    """Each client's accuracy at the last round of every selected algorithm's run (drawn after :func:`train`,
+    from the same runs as its curves): per client, and as a spread over clients. A run Stop interrupted is
+    drawn at the round it stopped (from its checkpoint), labelled so; with no run at all (stopped before it
+    started) the page keeps what it shows, as the curves do."""
     from ...figures.clients import ClientAccuracyDisplay, ClientSpreadDisplay
 
-    runs = [r for r in (app.store.find(make_config(algo=a, **settings)) for a in _algos(algos)) if r is not None]
+    runs = [r for r in (_stored(app, make_config(algo=a, **settings)) for a in _algos(algos)) if r is not None]
     if not runs:
         return gr.skip(), gr.skip()
-    return ClientAccuracyDisplay.from_runs(runs).figure_, ClientSpreadDisplay.from_runs(runs).figure_
+    labels = [run_label(r) for r in runs]
+    return (ClientAccuracyDisplay.from_runs(runs, labels=labels).figure_,
+            ClientSpreadDisplay.from_runs(runs, labels=labels).figure_)
+
+
+def _stored(app, cfg):
+    """The finished run of ``cfg`` in the app's store, else what its checkpoint recorded (a stopped run)."""
+    run = app.store.find(cfg)
+    if run is None and app.store.checkpoint_for(cfg).is_file():
+        run = load_stored(app.store, app.store.name_for(cfg))
+    return run
 
 
 def _algos(algos) -> list[str]:
@@ -94,11 +114,13 @@ def build(app, settings) -> Panel:
     algos = gr.CheckboxGroup(TRAIN_ALGOS, value=["fedavg", "fedala"], label="algorithms", elem_id="algos")
     train_settings(settings)
 
-    def choose(name):
+    def choose(name, *before):
         values, ticked = scenario_values(name)
-        return [*values, ticked]
+        return [*values, ticked, scenario_notice(name, list(before))]
 
-    scenario.input(choose, scenario, [settings[k] for k in SCENARIO_FIELDS] + [algos], queue=False,
+    fields = [settings[k] for k in SCENARIO_FIELDS]
+    # never silent: the line above the tabs says what changed for every tab
+    scenario.input(choose, [scenario, *fields], fields + [algos, settings.notice], queue=False,
                    api_visibility="private")
     run, stop, status = run_stop("train")
     with gr.Row():
