@@ -271,15 +271,37 @@ def test_trajectory_draws_fig4(app):
 
 
 def test_ablation_sweeps_p_and_refuses_p_beyond_the_model(app):
-    fig, frame, status = app.ablation("p", "1,2", **SMALL)
-    assert list(frame["p"]) == [1, 2] and frame["ala_weights"].is_monotonic_increasing
+    fig, frame, found, status = app.ablation("p", "1,2", 1, **SMALL)
+    assert list(frame["p"]) == [1, 2] and frame["ALA weights"].is_monotonic_increasing
     assert len(fig.axes) == 2 and status.startswith("2 FedALA run(s)")
+    # one seed: no empty std columns, and the sentence says what one seed cannot tell
+    assert "best ± std" not in frame and "one seed" in found and "Set seeds to 3" in found
+    fig, frame, found, status = app.ablation("p", "1,2", 2, **SMALL)
+    assert list(frame["seeds"]) == [2, 2] and "best ± std" in frame and status.startswith("4 FedALA run(s)")
+    for p, row in frame.set_index("p").iterrows():  # mean over seeds 0 and 1 of the stored runs
+        runs = [app.store.find(ui.make_config(algo="fedala", **{**SMALL, "p": p, "seed": k})) for k in (0, 1)]
+        assert row["best acc %"] == pytest.approx(np.mean([r.summary()["best_acc"] for r in runs]), abs=0.01)
+    assert "std over 2 seeds" in found
     with pytest.raises(gr.Error, match="p=9 is not allowed"):
-        app.ablation("p", "1,9", **SMALL)
+        app.ablation("p", "1,9", 1, **SMALL)
     with pytest.raises(gr.Error, match="values="):
-        app.ablation("s", "a lot", **SMALL)
+        app.ablation("s", "a lot", 1, **SMALL)
     with pytest.raises(gr.Error, match="param='eta' is not allowed"):
-        app.ablation("eta", "1", **SMALL)
+        app.ablation("eta", "1", 1, **SMALL)
+    with pytest.raises(gr.Error, match="seeds=9 is not allowed"):
+        app.ablation("p", "1", 9, **SMALL)
+
+
+def test_p_sliders_offer_only_what_the_model_has():
+    from fedala_lab.webapp.settings import p_max
+
+    assert (p_max("mlp"), p_max("smallcnn"), p_max("fedavgcnn")) == (3, 4, 4)
+    demo = ui.build_app(store=None)
+    sliders = [b for b in demo.blocks.values() if getattr(b, "elem_id", None) in ("p", "ala-p")]
+    assert len(sliders) == 2 and all(s.maximum == 3 for s in sliders)  # the default model, the MLP
+    # every table shows its headers before a first click (no "1 2 3" placeholder)
+    tables = [b for b in demo.blocks.values() if isinstance(b, gr.Dataframe)]
+    assert tables and all(list(t.value["headers"]) != [1, 2, 3] and t.value["headers"] for t in tables)
 
 
 def test_fedlama_compares_communication_at_equal_steps(app):

@@ -40,10 +40,14 @@ class AccuracyCurveDisplay(Display):
                               lw=1.4, color=colour, label=str(label))
             self.lines_.append(line)
         self.mark_lines_ = []
+        rounds = self.curves_["round"] if len(self.curves_) else pd.Series([0, 1])
+        middle = (rounds.min() + rounds.max()) / 2
         for x, text in self.marks.items():
             self.mark_lines_.append(ax.axvline(x, color="0.35", ls=":", lw=1.2))
-            ax.annotate(text, (x, 1), xycoords=("data", "axes fraction"), xytext=(3, -3), textcoords="offset points",
-                        ha="left", va="top", fontsize=8, color="0.25")
+            left = x > middle  # the text on the side with room, inside the axes
+            ax.annotate(text, (x, 0.02), xycoords=("data", "axes fraction"), xytext=(-4 if left else 4, 0),
+                        textcoords="offset points", ha="right" if left else "left", va="bottom", fontsize=8,
+                        color="0.25")
         ax.set_xlabel("round")
         ax.set_ylabel(ROUND_METRICS[self.metric][0])
         ax.grid(True, alpha=0.3)

@@ -51,7 +51,9 @@ class HeterogeneityDisplay(Display):
             a.grid(True, axis="y")
         lo = np.nanmin(f["best_mean"] - np.nan_to_num(f["best_std"])) if len(f) else 0
         axes[0].set_ylim(max(0.0, lo - 10), 100)
-        axes[0].legend(loc="lower left")
+        # one legend for both panels, under them: inside, it sat on the first bar
+        handles, labels = axes[0].get_legend_handles_labels()
+        self.legend_ = fig.legend(handles, labels, loc="outside lower center", ncol=2, frameon=False)
         n = int(f["n_seeds"].max()) if len(f) else 0
         fig.suptitle(self.title or f"FedAvg as the clients' data drift apart ({n} seed(s) each)")
         return self._drawn(fig, axes)

@@ -110,5 +110,5 @@ def build(app, settings) -> Panel:
     run, stop, status = run_stop("lama")
     found = gr.Markdown(elem_id="lama-finding")
     lama_plot = plot(label="accuracy vs upload", elem_id="lama-plot")
-    frame = table(label="per method", elem_id="lama-table", value=pd.DataFrame(columns=list(COLUMNS.values())))
+    frame = table(label="per method", elem_id="lama-table", columns=COLUMNS.values())
     return Panel("fedlama", run, stop, status, [tau0, phi, with_ala, rule, rounds], [lama_plot, frame, found])

@@ -27,10 +27,10 @@ DATASET_FILTER = [ANY] + DATASET_CHOICES
 PARTITION_FILTER = [ANY] + PARTITION_CHOICES
 STATUS_FILTER = [ANY, ("complete", "complete"), ("diverged", "diverged"), ("stopped", "stopped")]
 # The columns of the list and of the comparison, with their widths (the run's folder name wraps in its own)
-LISTED = {"date": "9%", "algorithm": "8%", "data": "9%", "clients": "5%", "settings": "21%", "seed": "4%",
-          "rounds": "5%", "status": "9%", "best acc %": "6%", "final acc %": "6%", "name": "18%"}
-COMPARED = {"#": "3%", "algorithm": "8%", "data": "9%", "clients": "5%", "settings": "21%", "seed": "4%",
-            "rounds": "6%", "status": "9%", "best acc %": "6%", "best round": "5%", "final acc %": "6%", "run": "18%"}
+LISTED = {"date": "9%", "algorithm": "8%", "data": "9%", "clients": "6%", "settings": "20%", "seed": "5%",
+          "rounds": "6%", "status": "9%", "best acc %": "6%", "final acc %": "6%", "name": "16%"}
+COMPARED = {"#": "3%", "algorithm": "8%", "data": "9%", "clients": "6%", "settings": "19%", "seed": "5%",
+            "rounds": "6%", "status": "9%", "best acc %": "6%", "best round": "6%", "final acc %": "6%", "run": "17%"}
 
 
 @friendly
@@ -147,14 +147,14 @@ def build(app, demo) -> tuple[list, list]:
         text = gr.Textbox("", label="text", placeholder="any text in the list, e.g. lr 0.05", elem_id="runs-text",
                           min_width=160)
         refresh = gr.Button("Refresh", elem_id="runs-refresh", scale=0, min_width=110)
-    listing = table(label="runs (click one to compare it)", elem_id="runs-table", max_height=360,
-                    value=pd.DataFrame(columns=list(LISTED)), column_widths=list(LISTED.values()))
+    listing = table(label="runs (click one to compare it)", elem_id="runs-table", max_height=360, columns=LISTED,
+                    column_widths=list(LISTED.values()))
     selection = gr.Dropdown([], value=[], multiselect=True, label="runs to compare", elem_id="run-name",
                             allow_custom_value=True)
     with gr.Row():
         run_plot = plot(label="test accuracy", elem_id="run-plot", scale=3)
         details = gr.JSON(label="summary and settings of the last one picked", elem_id="run-details", scale=2)
-    compared = table(label="runs compared", elem_id="runs-compared", value=pd.DataFrame(columns=list(COMPARED)),
+    compared = table(label="runs compared", elem_id="runs-compared", columns=COMPARED,
                      column_widths=list(COMPARED.values()))
     inputs = [selection, algorithm, dataset, partition, status, text]
     outputs = [listing, selection, run_plot, details, compared]

@@ -14,6 +14,7 @@ from ...errors import ConfigError
 from ...experiments.runs import get_or_run, load_stored
 from ..jobs import finished_status, job, run_label
 from ..settings import (
+    LOCAL_NOTE,
     SCENARIO_FIELDS,
     SCENARIOS,
     TRAIN_ALGOS,
@@ -111,7 +112,7 @@ def _summary(app, runs, cached) -> pd.DataFrame:
 def build(app, settings) -> Panel:
     scenario = gr.Radio([(label, k) for k, (label, *_) in SCENARIOS.items()], value="teach", label="scenario",
                         elem_id="scenario")
-    algos = gr.CheckboxGroup(TRAIN_ALGOS, value=["fedavg", "fedala"], label="algorithms", elem_id="algos")
+    algos = gr.CheckboxGroup(TRAIN_ALGOS, value=SCENARIOS["teach"][2], label="algorithms", elem_id="algos")
     train_settings(settings)
 
     def choose(name, *before):
@@ -126,10 +127,10 @@ def build(app, settings) -> Panel:
     with gr.Row():
         acc_plot = plot(label="test accuracy", elem_id="train-acc-plot")
         loss_plot = plot(label="test loss", elem_id="train-loss-plot")
-    summary = table(label="summary", elem_id="train-summary", value=pd.DataFrame(columns=list(SUMMARY)),
-                    column_widths=list(SUMMARY.values()))
+    summary = table(label="summary", elem_id="train-summary", columns=SUMMARY, column_widths=list(SUMMARY.values()))
+    gr.Markdown(LOCAL_NOTE, elem_id="train-local-note")
     gr.Markdown("How each client fares with the model it holds at the last round (FedAvg: the global "
-                "model; FedALA and Local: its own). Tick Local for the baseline without federation.")
+                "model; FedALA and Local: its own).")
     with gr.Row():
         client_plot = plot(label="accuracy per client", elem_id="train-clients-plot", scale=3)
         spread_plot = plot(label="spread over clients", elem_id="train-spread-plot", scale=2)

@@ -10,7 +10,6 @@ shared Dir(0.1) settings the two end at about the same local loss, which says li
 from __future__ import annotations
 
 import gradio as gr
-import pandas as pd
 
 from ...analysis.tables import data_title
 from ...errors import ConfigError
@@ -67,7 +66,9 @@ def trajectory(app, client, K, before, grid, setting, settings, job):
     frame["client_acc"] = [mean_after(r, K, client) for r in got.runs]
     frame["pooled_acc"] = [mean_after(r, K) for r in got.runs]
     images = int(fedavg.meta["train_sizes"][client])
-    return (disp.figure_, acc.figure_, frame[list(COLUMNS)].round(4).rename(columns=COLUMNS),
+    shown = frame[list(COLUMNS)].round({"mean_start_loss": 4, "mean_end_loss": 4, "final_end_loss": 4, "client_acc": 2,
+                                        "pooled_acc": 2, "max_residual": 3, "path_length": 2})
+    return (disp.figure_, acc.figure_, shown.rename(columns=COLUMNS),
             explain(frame, cfg, client, images, K, window))
 
 
@@ -115,7 +116,7 @@ def build(app, settings) -> Panel:
     with gr.Row():
         traj_plot = plot(label="trajectories on the loss surface", elem_id="traj-plot", scale=3)
         acc_plot = plot(label="accuracy around K", elem_id="traj-acc-plot", scale=2)
-    losses = table(label="rounds after K", elem_id="traj-table", value=pd.DataFrame(columns=list(COLUMNS.values())))
+    losses = table(label="rounds after K", elem_id="traj-table", columns=COLUMNS.values())
     follow(settings["num_clients"], client, "client", lambda n: n - 1)
     follow(settings["rounds"], K, "K", lambda t: t - 1)
     recorded_panel("fig4", "The paper's setting, recorded: Fig. 4 on real MNIST pathological with the paper's CNN")
