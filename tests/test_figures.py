@@ -458,7 +458,7 @@ def test_figures_command_end_to_end(tmp_path, capsys):
             assert (out / f).is_file(), f
             assert f in readme
         assert entry["paper"] in readme and entry["seconds"] >= 0
-    assert "Fig. 4" in readme and "FedALA's trajectory ends at" in readme
+    assert "Fig. 4" in readme and "the starting points tell the methods apart" in readme
     assert index["fig4"]["runs_total"] == 2 and "ala_after ∈ {" in index["fig4"]["configs"]
     assert (out / "table2_accuracy.md").read_text().startswith("| method |")
     capsys.readouterr()
