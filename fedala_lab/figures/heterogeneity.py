@@ -44,8 +44,9 @@ class HeterogeneityDisplay(Display):
                 vals = self.points_[label][0 if key == "best" else 1]
                 a.scatter(np.full(len(vals), i), vals, s=14, color="black", zorder=3,
                           label="one seed" if i == 0 else None)
-                a.annotate(f"{f[f'{key}_mean'].iloc[i]:.1f}", (i, f[f"{key}_mean"].iloc[i]), ha="center",
-                           va="bottom", xytext=(0, 6), textcoords="offset points", fontsize=8)
+                top = max(f[f"{key}_mean"].iloc[i] + np.nan_to_num(f[f"{key}_std"].iloc[i]), max(vals, default=0))
+                a.annotate(f"{f[f'{key}_mean'].iloc[i]:.1f}", (i, top), ha="center",  # above the error bar
+                           va="bottom", xytext=(0, 4), textcoords="offset points", fontsize=8)
             a.set_xticks(x, f["label"])
             a.set_ylabel(ylabel)
             a.grid(True, axis="y")

@@ -27,9 +27,9 @@ DATASET_FILTER = [ANY] + DATASET_CHOICES
 PARTITION_FILTER = [ANY] + PARTITION_CHOICES
 STATUS_FILTER = [ANY, ("complete", "complete"), ("diverged", "diverged"), ("stopped", "stopped")]
 # The columns of the list and of the comparison, with their widths (the run's folder name wraps in its own)
-LISTED = {"date": "9%", "algorithm": "8%", "data": "9%", "clients": "6%", "settings": "20%", "seed": "5%",
+LISTED = {"date": "9%", "algorithm": "8%", "data": "9%", "clients": "7%", "settings": "19%", "seed": "5%",
           "rounds": "6%", "status": "9%", "best acc %": "6%", "final acc %": "6%", "name": "16%"}
-COMPARED = {"#": "3%", "algorithm": "8%", "data": "9%", "clients": "6%", "settings": "19%", "seed": "5%",
+COMPARED = {"#": "3%", "algorithm": "8%", "data": "9%", "clients": "7%", "settings": "18%", "seed": "5%",
             "rounds": "6%", "status": "9%", "best acc %": "6%", "best round": "6%", "final acc %": "6%", "run": "17%"}
 
 
