@@ -97,7 +97,7 @@ def build(app, settings) -> Panel:
         "Measured on these defaults over seeds 0–2: FedLAMA with the authors' rule uploads 58.6 ± 0.4 % of "
         "FedAvg(τ0)'s bytes at a final accuracy 0.00 ± 1.03 points from it, while FedAvg every φ·τ0 steps "
         "loses 2.2 points; with the paper's rule it uploads 95.9 %. (The FedLAMA paper reports up to 70 % less "
-        "communication on non-IID data; here it is 41 % less.)")
+        "communication on non-IID data; here it is 41 % less.)", elem_id="lama-intro")
     p = _PRESET
     with gr.Row():
         tau0 = whole_slider(1, 50, p.tau0, "τ0 (local steps per round)", "tau0", field="tau0")

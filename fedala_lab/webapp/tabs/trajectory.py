@@ -88,7 +88,8 @@ def explain(frame, cfg, client: int, images: int, K: int, window) -> str:
         start = (f"**Start of a round**: here ALA does not start lower ({s_ala:.2f} against FedAvg's {s_avg:.2f}).")
     close = max(e_avg, e_ala) <= 1.5 * min(e_avg, e_ala)
     end = (f" **End of a round** (green squares): {e_ala:.3f} with ALA against {e_avg:.3f}"
-           + (f", about the same: {cfg.local_epochs} epoch(s) of SGD on the client's {images} images fit them from "
+           + (f", about the same: {cfg.local_epochs} epoch{'s' if cfg.local_epochs != 1 else ''} of SGD on the "
+              f"client's {images} images fit them from "
               "either start, so the end points do not tell the methods apart." if close else "."))
     acc = (f" **Accuracy** (each model before local training, as every round is evaluated): client {client} "
            f"{ala.client_acc:.1f} % with ALA against {avg.client_acc:.1f} %, all clients {ala.pooled_acc:.1f} % "
