@@ -187,7 +187,8 @@ def test_ala_inside_draws_fig2_and_fig3(app):
     assert len(images) == len(names) == 2  # p = 1: the output layer's weight and bias
     _, w = run.ala_weights(3, 4)
     np.testing.assert_allclose(images[0].get_array(), w[names[0]])
-    assert list(table["param"]) == names and "after round 4" in note
+    assert list(table["tensor"]) == names and "after round 4" in note
+    assert "share of W at 0 (keeps the local value)" in table  # readable headers
     from fedala_lab.data.federated import FederatedData
 
     held = FederatedData.from_config(run.config.data).labels_held(3)
@@ -255,7 +256,7 @@ def test_trajectory_draws_fig4(app):
     fedala = app.store.find(ui.make_config(algo="fedala", **{**SMALL, "rounds": 8}).replace(
         ala_after=5, snapshot_clients="2", snapshot_from=3))
     own = fedala.clients[(fedala.clients["client"] == 2) & (fedala.clients["round"] > 5)]["test_acc"].mean()
-    assert table["client's test accuracy % (mean after K)"].iloc[1] == pytest.approx(100 * own, abs=1e-3)
+    assert table["client's test accuracy % (mean after K)"].iloc[1] == pytest.approx(100 * own, abs=0.006)
     # the accuracy around K: all clients and the client, FedALA's lines from K on, K marked
     lines = {ln.get_label(): ln for ln in acc.axes[0].get_lines() if not ln.get_label().startswith("_")}
     assert set(lines) == {"FedAvg, all clients", "FedALA, all clients", "FedAvg, client 2", "FedALA, client 2"}

@@ -86,7 +86,7 @@ def _pct(x) -> float | None:
 
 # The summary's columns and their widths (the run's folder name wraps in the widest)
 SUMMARY = {"algorithm": "9%", "best acc %": "7%", "best round": "6%", "final acc %": "7%", "rounds": "6%",
-           "status": "11%", "seconds": "6%", "MB up": "6%", "MB down": "6%", "source": "8%", "run": "28%"}
+           "status": "11%", "seconds": "7%", "MB up": "6%", "MB down": "6%", "source": "8%", "run": "27%"}
 
 
 def _summary(app, runs, cached) -> pd.DataFrame:
