@@ -5,10 +5,11 @@
 
 1. Starts ``python app.py --port <free> --store <temporary folder>`` (a fresh process and an empty run store)
    and waits for ``/gradio_api/info``.
-2. The default Train & compare click through gradio_client, exactly what the page sends: FedAvg vs FedALA
-   on the teach settings (the embedded MNIST subset, 20 clients, Dir(0.1), MLP, lr 0.1, 50 rounds). Timed: the
-   first click of the fresh server; ``--repeats`` more after deleting the two stored runs (so they are
-   computed again, in a warm process); one more with the runs in the store (cached).
+2. The default Train & compare click through gradio_client, exactly what the page sends: the algorithms the
+   page ticks by default (FedAvg, FedALA and Local) on the teach settings (the embedded MNIST subset, 20
+   clients, Dir(0.1), MLP, lr 0.1, 50 rounds). Timed: the first click of the fresh server; ``--repeats`` more
+   after deleting the stored runs (so they are computed again, in a warm process); one more with the runs in
+   the store (cached).
 3. ``--users`` gradio_client sessions submit the click at the same moment, user i with seed i (so every
    answer must differ). Timed: until all have answered, and each user's latency (the queue runs
    ``--concurrency`` simulations at a time). Checked: every answer names the store's run of that user's
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import os
 import platform
 import shutil
@@ -44,7 +46,8 @@ _OFFLINE = {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "HF_HUB_
 for k, v in _OFFLINE.items():
     os.environ.setdefault(k, v)
 
-ALGOS = ["fedavg", "fedala"]
+ALGOS = ["fedavg", "fedala", "local"]  # the page's default ticks (webapp/settings.py, SCENARIOS["teach"])
+ALGO_LABELS = ["FedAvg", "FedALA", "Local"]  # as the summary table names them
 
 
 def free_port() -> int:
@@ -218,7 +221,7 @@ def main(argv=None) -> int:
         ),
         "",
         (
-            "FedAvg vs FedALA with the page's defaults (the embedded MNIST subset, 20 clients, Dir(0.1), MLP, lr 0.1, "
+            f"{', '.join(ALGO_LABELS)} (the page's default ticks) with its defaults (the embedded MNIST subset, 20 clients, Dir(0.1), MLP, lr 0.1, "
             "50 rounds), through gradio_client against `python app.py` on localhost. Wall: from the request "
             "to the answer (figures and table included), at this load. Server CPU: user + system seconds "
             "the app's process spent on it — about the wall time on an idle machine, as a simulation uses "
@@ -228,18 +231,18 @@ def main(argv=None) -> int:
         "| measurement | wall s | server CPU s |",
         "|---|---:|---:|",
         f"| server start until `/gradio_api/info` answers (warm-up included) | {startup:.1f} | {na} |",
-        f"| first click of the fresh server (both runs computed) | {first:.2f} | {first_cpu:.2f} |",
+        f"| first click of the fresh server ({len(ALGOS)} runs computed) | {first:.2f} | {first_cpu:.2f} |",
         (
-            f"| click, both runs computed again: median of {len(warm)} (wall min–max "
+            f"| click, the {len(ALGOS)} runs computed again: median of {len(warm)} (wall min–max "
             f"{min(warm):.2f}–{max(warm):.2f}) | {med:.2f} | {cpu_med:.2f} |"
         ),
         (
-            f"| … simulation seconds recorded in the last one: FedAvg / FedALA | "
-            f"{sims.get('FedAvg', float('nan')):.2f} / {sims.get('FedALA', float('nan')):.2f} | {na} |"
+            f"| … simulation seconds recorded in the last one: {' / '.join(ALGO_LABELS)} | "
+            f"{' / '.join(f'{sims.get(a, math.nan):.2f}' for a in ALGO_LABELS)} | {na} |"
         ),
         f"| same settings again (served from the run store) | {cached:.3f} | {na} |",
         (
-            f"| {args.users} users click at once (seeds 1–{args.users}; 2 runs each): all answered | "
+            f"| {args.users} users click at once (seeds 1–{args.users}; {len(ALGOS)} runs each): all answered | "
             f"{out['users_wall']:.2f} | {out['users_cpu']:.2f} |"
         ),
         (

@@ -151,6 +151,13 @@ def test_stop_keeps_the_checkpoint_and_run_again_resumes(app, tmp_path):
     cfg = ui.make_config(algo="fedala", **settings)
     assert app.store.find(cfg) is None and app.store.checkpoint_for(cfg).is_file()
     assert table["run"].iloc[0] == app.store.name_for(cfg)  # the name the Runs tab lists it by
+    # the per-client plots drawn after it show the same stopped run at its last round, never an older one
+    per_client, spread = app.train_clients(["fedala"], **settings)
+    assert [t.get_text().split(":")[0] for t in per_client.axes[0].get_legend().get_texts()] == [
+        "FedALA (stopped at round 4)"]
+    stopped = per_client.axes[0].collections[1].get_offsets()[:, 1]
+    np.testing.assert_allclose(np.sort(stopped), np.sort(100 * acc_at(app.store, cfg, 4)))
+    assert [t.get_text() for t in spread.axes[0].get_xticklabels()] == ["FedALA (stopped at round 4)"]
 
     rec = Progress()
     *_, table, status = app.train(["fedala"], **settings, progress=rec, request=request)
@@ -164,6 +171,14 @@ def test_stop_keeps_the_checkpoint_and_run_again_resumes(app, tmp_path):
     assert app.stop(types.SimpleNamespace(session_hash="nobody")) == "Nothing is running."
 
 
+def acc_at(store, cfg, t: int) -> np.ndarray:
+    """Every client's test accuracy in round ``t`` of the stopped run of ``cfg`` (its checkpoint)."""
+    from fedala_lab.experiments.runs import load_stored
+
+    c = load_stored(store, store.name_for(cfg)).clients
+    return c.loc[c["round"] == t, "test_acc"].to_numpy()
+
+
 def test_ala_inside_draws_fig2_and_fig3(app):
     w_fig, loss_fig, table, note = app.ala(3, 4, **SMALL)
     run = app.store.find(ui.make_config(algo="fedala", **SMALL))
@@ -172,7 +187,8 @@ def test_ala_inside_draws_fig2_and_fig3(app):
     assert len(images) == len(names) == 2  # p = 1: the output layer's weight and bias
     _, w = run.ala_weights(3, 4)
     np.testing.assert_allclose(images[0].get_array(), w[names[0]])
-    assert list(table["param"]) == names and "after round 4" in note
+    assert list(table["tensor"]) == names and "after round 4" in note
+    assert "share of W at 0 (keeps the local value)" in table  # readable headers
     from fedala_lab.data.federated import FederatedData
 
     held = FederatedData.from_config(run.config.data).labels_held(3)
@@ -223,17 +239,32 @@ def test_stop_before_a_queued_job_starts_keeps_what_the_page_shows(app):
 
 
 def test_trajectory_draws_fig4(app):
-    fig, table, note = app.trajectory(2, 5, 2, 7, "settings", **{**SMALL, "rounds": 8})
+    fig, acc, table, note = app.trajectory(2, 5, 2, 7, "settings", **{**SMALL, "rounds": 8})
     from matplotlib.contour import ContourSet
     from matplotlib.quiver import Quiver
 
     ax = fig.axes[0]
     assert any(isinstance(c, ContourSet) for c in ax.collections)  # the loss surface
-    assert len([c for c in ax.collections if isinstance(c, Quiver)]) == 2  # FedAvg's and FedALA's arrows
-    assert [t.get_text().split(" (")[0] for t in ax.get_legend().get_texts()][:2] == ["FedAvg", "FedALA"]
+    # rounds 3–5 are shared by both runs (ALA on after round 5): drawn once, in grey; then each run's own
+    assert len([c for c in ax.collections if isinstance(c, Quiver)]) == 3
+    assert [t.get_text().split(" (")[0] for t in ax.get_legend().get_texts()][:3] == [
+        "rounds ≤ 5: both runs", "FedAvg", "FedALA"]
     assert ax.get_xlabel().startswith("C1") and ax.get_ylabel().startswith("C2")
-    assert list(table["label"]) == ["FedAvg", "FedALA"]
-    assert "rounds 3–8" in note and "after round 5" in note
+    # readable headers; the rounds after K only
+    assert list(table["run"]) == ["FedAvg", "FedALA"]
+    assert "start-of-round loss (mean after K)" in table and "client's test accuracy % (mean after K)" in table
+    fedala = app.store.find(ui.make_config(algo="fedala", **{**SMALL, "rounds": 8}).replace(
+        ala_after=5, snapshot_clients="2", snapshot_from=3))
+    own = fedala.clients[(fedala.clients["client"] == 2) & (fedala.clients["round"] > 5)]["test_acc"].mean()
+    assert table["client's test accuracy % (mean after K)"].iloc[1] == pytest.approx(100 * own, abs=0.006)
+    # the accuracy around K: all clients and the client, FedALA's lines from K on, K marked
+    lines = {ln.get_label(): ln for ln in acc.axes[0].get_lines() if not ln.get_label().startswith("_")}
+    assert set(lines) == {"FedAvg, all clients", "FedALA, all clients", "FedAvg, client 2", "FedALA, client 2"}
+    assert list(lines["FedALA, all clients"].get_xdata()) == [5, 6, 7, 8]
+    assert "ALA on after round 5" in [t.get_text() for t in acc.axes[0].texts]
+    # what it shows, in words with its numbers
+    assert "rounds 3–8" in note and "after round 5" in note and "Start of a round" in note
+    assert f"{table['start-of-round loss (mean after K)'].iloc[1]:.2f}" in note
     with pytest.raises(gr.Error, match="K=8 is not allowed"):
         app.trajectory(2, 8, 2, 7, "settings", **{**SMALL, "rounds": 8})
     with pytest.raises(gr.Error, match="client=10 is not allowed: a client id from 0 to 9"):
@@ -241,25 +272,75 @@ def test_trajectory_draws_fig4(app):
 
 
 def test_ablation_sweeps_p_and_refuses_p_beyond_the_model(app):
-    fig, frame, status = app.ablation("p", "1,2", **SMALL)
-    assert list(frame["p"]) == [1, 2] and frame["ala_weights"].is_monotonic_increasing
+    fig, frame, found, status = app.ablation("p", "1,2", 1, **SMALL)
+    assert list(frame["p"]) == [1, 2] and frame["ALA weights"].is_monotonic_increasing
     assert len(fig.axes) == 2 and status.startswith("2 FedALA run(s)")
+    # one seed: no empty std columns, and the sentence says what one seed cannot tell
+    assert "best ± std" not in frame and "one seed" in found and "Set seeds to 3" in found
+    fig, frame, found, status = app.ablation("p", "1,2", 2, **SMALL)
+    assert list(frame["seeds"]) == [2, 2] and "best ± std" in frame and status.startswith("4 FedALA run(s)")
+    for p, row in frame.set_index("p").iterrows():  # mean over seeds 0 and 1 of the stored runs
+        runs = [app.store.find(ui.make_config(algo="fedala", **{**SMALL, "p": p, "seed": k})) for k in (0, 1)]
+        assert row["best acc %"] == pytest.approx(np.mean([r.summary()["best_acc"] for r in runs]), abs=0.01)
+    assert "std over 2 seeds" in found
     with pytest.raises(gr.Error, match="p=9 is not allowed"):
-        app.ablation("p", "1,9", **SMALL)
+        app.ablation("p", "1,9", 1, **SMALL)
     with pytest.raises(gr.Error, match="values="):
-        app.ablation("s", "a lot", **SMALL)
+        app.ablation("s", "a lot", 1, **SMALL)
     with pytest.raises(gr.Error, match="param='eta' is not allowed"):
-        app.ablation("eta", "1", **SMALL)
+        app.ablation("eta", "1", 1, **SMALL)
+    with pytest.raises(gr.Error, match="seeds=9 is not allowed"):
+        app.ablation("p", "1", 9, **SMALL)
+
+
+def test_p_sliders_offer_only_what_the_model_has():
+    from fedala_lab.webapp.settings import p_max
+
+    assert (p_max("mlp"), p_max("smallcnn"), p_max("fedavgcnn")) == (3, 4, 4)
+    demo = ui.build_app(store=None)
+    sliders = [b for b in demo.blocks.values() if getattr(b, "elem_id", None) in ("p", "ala-p")]
+    assert len(sliders) == 2 and all(s.maximum == 3 for s in sliders)  # the default model, the MLP
+    # every table shows its headers before a first click (no "1 2 3" placeholder)
+    tables = [b for b in demo.blocks.values() if isinstance(b, gr.Dataframe)]
+    assert tables and all(list(t.value["headers"]) != [1, 2, 3] and t.value["headers"] for t in tables)
 
 
 def test_fedlama_compares_communication_at_equal_steps(app):
-    fig, table, status = app.fedlama(5, 2, False, **{**SMALL, "rounds": 6})
-    by = dict(zip(table["label"], table["comm_pct"], strict=True))
+    fig, table, found, status = app.fedlama(5, 2, False, "authors", 6, **SMALL)
+    by = dict(zip(table["method"], table["upload % of FedAvg(τ0)"], strict=True))
     assert by["FedAvg(τ0=5)"] == 100.0 and by["FedAvg(φτ0=10)"] == pytest.approx(50.0)
     assert 50.0 <= by["FedLAMA(τ0=5, φ=2)"] <= 100.0
     assert len(fig.axes[0].get_lines()) == 3 and status.startswith("3 run(s)")
+    # the bytes are on the tab: upload and download in MB, as the runs recorded them (6 rounds of their own)
+    lama_cfg = ui.make_config(algo="fedlama", preset_name="teach-fedlama", tau0=5, phi=2, lama_rule="authors",
+                              **{**SMALL, "rounds": 6})
+    run = app.store.find(lama_cfg)
+    assert run is not None and run.summary()["rounds"] == 6
+    row = table.set_index("method").loc["FedLAMA(τ0=5, φ=2)"]
+    assert row["upload MB"] == pytest.approx(run.summary()["bytes_up"] / 2**20, abs=0.01)
+    assert row["download MB"] == pytest.approx(run.summary()["bytes_down"] / 2**20, abs=0.01)
+    # the sentence names the rule, the share of bytes and which model is evaluated
+    assert "the authors' rule" in found and f"{by['FedLAMA(τ0=5, φ=2)']:.1f} %" in found
+    assert "server model" in found and "points" in found
+    # the paper's rule is offered too, and is another run
+    *_, found_spec, _ = app.fedlama(5, 2, False, "spec", 6, **SMALL)
+    assert "the paper's rule" in found_spec
+    assert app.store.find(lama_cfg.replace(lama_rule="spec")) is not None
     with pytest.raises(gr.Error, match="tau0=0 is not allowed"):
-        app.fedlama(0, 2, False, **SMALL)
+        app.fedlama(0, 2, False, "authors", 6, **SMALL)
+    with pytest.raises(gr.Error, match="rule='paper' is not allowed"):
+        app.fedlama(5, 2, False, "paper", 6, **SMALL)
+
+
+def test_fedlama_tab_defaults_are_the_teach_fedlama_preset():
+    from fedala_lab.webapp.tabs import fedlama as tab
+
+    demo = ui.build_app(store=None)
+    values = {c.elem_id: c.value for c in demo.blocks.values() if getattr(c, "elem_id", None) and hasattr(c, "value")}
+    cfg = preset("teach-fedlama")
+    assert (values["tau0"], values["phi"], values["lama-rounds"], values["lama-rule"]) == (
+        cfg.tau0, cfg.phi, cfg.rounds, cfg.lama_rule) == (5, 2, 100, "authors")
+    assert cfg.lama_eval == "server" and set(tab.RULES) == {"authors", "spec"}
 
 
 def test_runs_tab_reaches_only_the_store(app, tmp_path):
@@ -358,9 +439,9 @@ def test_warm_up_runs_the_default_path_quietly(caplog, tmp_path, monkeypatch):
 
 
 def test_trajectory_follows_the_papers_protocol_by_default(app):
-    _, table, note = app.trajectory(2, 5, 2, 7, "paper", **{**SMALL, "rounds": 8})
+    _, _, table, note = app.trajectory(2, 5, 2, 7, "paper", **{**SMALL, "rounds": 8})
     assert "pathological, 2 labels per client" in note.split(":")[0]
-    assert list(table["label"]) == ["FedAvg", "FedALA"]
+    assert list(table["run"]) == ["FedAvg", "FedALA"]
     with pytest.raises(gr.Error, match="setting='nope'"):
         app.trajectory(2, 5, 2, 7, "nope", **{**SMALL, "rounds": 8})
 
@@ -413,6 +494,31 @@ def test_fedprox_scenario_sets_stragglers_and_both_methods_train(app):
     assert (runs[0].rounds["dropped"] > 0).all() and (runs[1].rounds["dropped"] == 0).all()
     with pytest.raises(gr.Error, match="stragglers=1.5 is not allowed"):
         app.train(["fedprox"], **{**small, "stragglers": 1.5})
+    # the Runs tab tells a run with stragglers (and its seed) from a normal one
+    listing, *_ = app.runs("")
+    rows = listing[listing["name"].isin([r.path.name for r in runs])].set_index("algorithm")
+    assert rows.loc["FedAvg", "settings"].endswith("50 % stragglers dropped")
+    assert "50 % stragglers kept" in rows.loc["FedProx", "settings"]
+    assert (rows["seed"] == SMALL["seed"]).all()
+
+
+def test_scenario_says_what_it_changed_for_every_tab():
+    from fedala_lab.webapp.settings import SCENARIO_FIELDS, scenario_notice, scenario_values
+
+    teach, _ = scenario_values("teach")
+    note = scenario_notice("fedprox", teach)
+    assert "every tab" in note and "partition Dirichlet → **pathological**" in note
+    assert "stragglers 0 → **0.9**" in note and "local epochs E 1 → **5**" in note and "go back" in note
+    assert scenario_notice("teach", teach) == ""  # nothing changed: nothing to say
+    back = scenario_notice("teach", scenario_values("fedprox")[0])
+    assert "partition pathological → **Dirichlet**" in back and "go back" not in back
+    # the notice stands above the tabs, and choosing a scenario writes it
+    demo = ui.build_app(store=None)
+    notice = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "scenario-notice")
+    scenario = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "scenario")
+    deps = [d for d in demo.config["dependencies"] if scenario._id in [t[0] for t in d["targets"]]]
+    assert any(notice._id in d["outputs"] for d in deps)
+    assert len(SCENARIO_FIELDS) == 6
 
 
 def test_heterogeneity_ladder_runs_fedavg_on_every_split_over_seeds(app):

@@ -319,7 +319,15 @@ def test_browser_moves_a_slider_runs_and_shows_the_plot(server, tmp_path):
                 timeout=90_000,
             )
             expect(page.locator("#train-summary")).to_contain_text("FedALA", timeout=30_000)
+            expect(page.locator("#train-summary")).to_contain_text("Local")  # ticked by default, with its note
+            expect(page.locator("#train-local-note")).to_contain_text("Why federate?")
             expect(page.locator("#train-status")).to_contain_text("run(s)")
+            # the per-client plots of these runs, drawn after the curves
+            page.wait_for_function(
+                "() => { const i = document.querySelector('#train-clients-plot img');"
+                " return i && i.complete && i.naturalWidth > 0; }",
+                timeout=60_000,
+            )
             shot = tmp_path / "app.png"
             page.screenshot(path=str(shot), full_page=False)
             assert shot.stat().st_size > 10_000
@@ -332,6 +340,8 @@ def test_browser_moves_a_slider_runs_and_shows_the_plot(server, tmp_path):
             slider.fill("300")
             expect(page.locator("#rounds input[type='number']")).to_have_value("300")
             before = _img_src(page, "#train-acc-plot")
+            clients_before = _img_src(page, "#train-clients-plot")
+            spread_before = _img_src(page, "#train-spread-plot")
             page.locator("#train-run").click()
             progress = page.get_by_text(re.compile(r"round \d+/300 · accuracy")).first
             expect(progress).to_be_visible(timeout=60_000)
@@ -341,9 +351,12 @@ def test_browser_moves_a_slider_runs_and_shows_the_plot(server, tmp_path):
             k = int(re.search(r"stopped at round (\d+)", summary.inner_text())[1])
             # the job's own line, or (should Stop's acknowledgement come in last) that acknowledgement
             expect(page.locator("#train-status")).to_contain_text(
-                re.compile(rf"Stopped after round {k} of 300 \(FedAvg \(1/2\); checkpoint kept: Run again "
+                re.compile(rf"Stopped after round {k} of 300 \(FedAvg \(1/3\); checkpoint kept: Run again "
                            r"resumes\)|Stopping after the current round"))
             _wait_img(page, "#train-acc-plot", before)  # redrawn: FedAvg's k rounds so far
+            # the per-client plots are redrawn too, from the stopped run: no longer the 12-round runs' (stale)
+            _wait_img(page, "#train-clients-plot", clients_before)
+            _wait_img(page, "#train-spread-plot", spread_before)
             long_run = make_config(algo="fedavg", **{**page_defaults, "rounds": 300})
             store = RunStore(server[1])
             assert store.checkpoint_for(long_run).is_file() and store.find(long_run) is None  # stopped, kept
@@ -380,17 +393,36 @@ def test_browser_moves_a_slider_runs_and_shows_the_plot(server, tmp_path):
             expect(listing).to_contain_text(f"stopped at round {k}", timeout=30_000)
             page.locator("#runs-text input, #runs-text textarea").first.fill("r12-")  # this test's 12-round runs
             page.locator("#runs-text input, #runs-text textarea").first.press("Enter")
-            expect(listing.locator("[data-testid='cell-1-0']")).to_be_visible(timeout=30_000)
-            expect(listing.locator("[data-testid='cell-2-0']")).to_have_count(0)
+            expect(listing.locator("[data-testid='cell-2-0']")).to_be_visible(timeout=30_000)  # FedAvg, FedALA, Local
+            expect(listing.locator("[data-testid='cell-3-0']")).to_have_count(0)
             plot = _img_src(page, "#run-plot")
-            for row in (0, 1):
+            for row in (0, 1, 2):
                 listing.locator(f"[data-testid='cell-{row}-1']").click()
                 expect(page.locator("#runs-compared").locator(f"[data-testid='cell-{row}-0']")).to_be_visible(
                     timeout=30_000)
             compared = page.locator("#runs-compared")
             expect(compared).to_contain_text("FedAvg")
             expect(compared).to_contain_text("FedALA")
+            expect(compared).to_contain_text("Local")
             _wait_img(page, "#run-plot", plot)
+
+            # a scenario changes the shared settings of every tab, and says so above the tabs, never silently
+            page.get_by_role("tab", name="Train & compare").click()
+            notice = page.locator("#scenario-notice")
+            expect(notice).not_to_contain_text("Scenario")
+            page.locator("#scenario").get_by_text("FedProx's setting").click()
+            expect(notice).to_contain_text("every tab", timeout=15_000)
+            expect(notice).to_contain_text("pathological")
+            expect(notice).to_contain_text("stragglers 0 → 0.9")
+            page.get_by_role("tab", name="Data").click()
+            expect(notice).to_be_visible()  # above the tabs: seen on the Data tab too
+            expect(page.locator("#partition input[value='pathological']")).to_be_checked()
+            page.get_by_role("tab", name="FedLAMA").click()
+            expect(notice).to_be_visible()
+            page.get_by_role("tab", name="Train & compare").click()
+            page.locator("#scenario").get_by_text("the lecture's default").click()
+            expect(notice).to_contain_text("pathological → Dirichlet", timeout=15_000)
+            expect(page.locator("#partition input[value='dirichlet']")).to_be_checked()
         finally:
             browser.close()
     # no request left this machine (fonts, scripts, analytics: all local)

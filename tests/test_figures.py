@@ -181,8 +181,9 @@ def test_text_of_a_setting():
     assert run_settings(cfg(algo="fedavg")) == "lr 0.1, batch 10, E 1, ρ 1"
     assert run_settings(cfg(algo="fedprox+ala")) == "lr 0.1, batch 10, E 1, ρ 1, μ 0.001, η 1, s 80, p 1"
     assert run_settings(cfg(ala_after=30)).endswith("p 1, ALA after round 30")
-    assert run_settings(preset("teach-fedlama")).endswith("τ0 10, φ 2") and "τ 10 steps" in run_settings(
+    assert run_settings(preset("teach-fedlama")).endswith("τ0 5, φ 2, rule authors") and "τ 5 steps" in run_settings(
         preset("teach-fedlama"))
+    assert run_settings(preset("teach-fedlama", lama_eval="clients")).endswith("rule authors, evaluating clients")
 
 
 # ----------------------------------------------------------------------------------------- Fig. 5
@@ -457,7 +458,7 @@ def test_figures_command_end_to_end(tmp_path, capsys):
             assert (out / f).is_file(), f
             assert f in readme
         assert entry["paper"] in readme and entry["seconds"] >= 0
-    assert "Fig. 4" in readme and "FedALA's trajectory ends at" in readme
+    assert "Fig. 4" in readme and "the starting points tell the methods apart" in readme
     assert index["fig4"]["runs_total"] == 2 and "ala_after ∈ {" in index["fig4"]["configs"]
     table2 = (out / "table2_accuracy.md").read_text()
     assert table2.startswith("| method |")

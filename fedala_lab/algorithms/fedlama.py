@@ -55,10 +55,15 @@ Departures from the paper and the authors' code (github.com/swblaster/FedLAMA), 
   carries the 1/dim(u_l) of the paper's text in both the sort and δ (the code's δ numerator is per-dim
   too, its denominator is not, which mixes scales);
 - local SGD is the engine's plain SGD (the code uses momentum 0.9 and weight decay);
-- evaluation: the engine evaluates every client's current model before local training. At the start of
-  a window that is the fully synchronised global model (as FedAvg); mid-window an active client holds
-  its own copies of the long-interval layers (the authors evaluate one worker's model in the same
-  state). ``lama_layers`` tells which rounds start fully synchronised.
+- evaluation (``lama_eval``): by default ("server") every round evaluates the server's model G on every
+  client's test split, each layer as it was last averaged (:meth:`FedLAMA.personalise`): at a window
+  start that is what every client holds (FedAvg's global model), mid-window it is the model a client
+  joining then would receive. With "clients" the engine evaluates each client's current model, as the
+  authors evaluate a worker's model: mid-window an active client still holds its own copies of the
+  long-interval layers, a partly personalised model that scores far higher on a non-IID client's own
+  test split (teach-fedlama, seed 0: 73.7 % at round 4 against FedAvg's 24 %), so its curve jumps between
+  window starts and mid-window rounds. FedLAMA+ALA always evaluates its clients' models (ALA's
+  personalisation is the point there). ``lama_layers`` tells which rounds start fully synchronised.
 
 FedLAMA + ALA (``fedlama+ala``, not in any paper): ALA needs the whole received model, which exists at
 the start of each window (after a full synchronisation): then ALA runs exactly as in FedALA. Mid-window
@@ -150,6 +155,15 @@ class FedLAMA(Algorithm):
         synced = (rnd.t - 1) % rnd.state.interval.cpu().numpy() == 0
         return rnd.send_global(clients, [n for n, s in zip(self.names, synced) if s])
 
+    def personalise(self, rnd: Round) -> dict | None:
+        """With ``lama_eval="server"`` (and no ALA): the server's model G for every client, each layer as last
+        averaged, so that every round is read on the same kind of model as FedAvg's (module docstring)."""
+        if not evaluates_server(self.cfg):
+            return None
+        n = rnd.num_clients
+        return {"params": {k: v.unsqueeze(0).expand(n, *v.shape) for k, v in rnd.global_params.items()},
+                "buffers": rnd.local_buffers}
+
     def aggregate(self, rnd: Round, senders: torch.Tensor) -> Aggregated:
         """Average the layers due at the end of round t, record d_l and κ_l, re-assign intervals every φ rounds."""
         cfg, st, t, names, dims = self.cfg, rnd.state, rnd.t, self.names, self.dims
@@ -192,6 +206,12 @@ class FedLAMA(Algorithm):
         return out
 
 
+def evaluates_server(cfg) -> bool:
+    """Whether a FedLAMA run evaluates the server's model every round (``lama_eval="server"`` without ALA);
+    otherwise each client's current model, comparable with FedAvg's only at window starts."""
+    return cfg.lama_eval == "server" and not cfg.algorithm.uses("ala")
+
+
 def _warn_replayed_batches(setup: Setup) -> None:
     cfg = setup.cfg
     if not cfg.shuffle:
@@ -217,7 +237,11 @@ PARAMS = (
     Param("phi", 2, Int(1), "FedLAMA: interval factor φ (layers synchronise every τ0 or φ·τ0 steps; 1 is FedAvg)",
           short="φ"),
     Param("lama_rule", "spec", Choice(("spec", "authors")), "FedLAMA interval rule: spec (layers are long while "
-          "δ_l < 1 − λ_l; the crossing layer keeps τ0) or authors (their code also relaxes the crossing layer)"),
+          "δ_l < 1 − λ_l; the crossing layer keeps τ0) or authors (their code also relaxes the crossing layer)",
+          short="rule {}"),
+    Param("lama_eval", "server", Choice(("server", "clients")), "FedLAMA: the model evaluated each round: server "
+          "(the server's model, each layer as last averaged) or clients (each client's current model, partly its "
+          "own mid-window; FedLAMA+ALA always evaluates its clients' models)", short="evaluating {}"),
 )
 
 SPEC = make_spec("fedlama", FedLAMA, label="FedLAMA", params=PARAMS, colour="tab:purple",

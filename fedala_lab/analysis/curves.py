@@ -7,6 +7,7 @@
   the clients' losses, and how much of the round curve's variance each client accounts for.
 - :func:`accuracy_curves` — accuracy (or any per-round metric) per run.
 - :func:`client_accuracy` — every client's accuracy at a run's last evaluated round (who gains, who loses).
+- :func:`switch_curves`, :func:`mean_after` — the Fig. 4 protocol's accuracy around the round K ALA switches on.
 - :func:`plateau_round` — where a run's best accuracy stops rising (Fig. 4's K on a short horizon).
 - :func:`training_outcomes` — what local training did to the clients' train loss (why Fig. 5 is jagged).
 
@@ -162,6 +163,35 @@ def client_accuracy(runs: Iterable, labels=None) -> pd.DataFrame:
                                    "round": last["round"].to_numpy(), "acc": 100 * last["test_acc"].to_numpy()}))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
         columns=["label", "algo", "client", "round", "acc"])
+
+
+def switch_curves(fedavg_run, fedala_run, client: int, K: int, labels=("FedAvg", "FedALA")) -> pd.DataFrame:
+    """The Fig. 4 protocol's accuracy per round (tidy label, algo, round, value in %): the pooled accuracy and
+    ``client``'s own, of FedAvg and of FedALA with ALA on after round ``K``. The two runs are one run through
+    round K, so FedALA's lines start at round K (where they leave FedAvg's) instead of covering FedAvg's."""
+    parts = []
+    for run, label in ((fedavg_run, labels[0]), (fedala_run, labels[1])):
+        first = K if run is fedala_run else 1
+        r = run.rounds.dropna(subset=["acc"])
+        r = r[r["round"] >= first]
+        parts.append(pd.DataFrame({"label": f"{label}, all clients", "algo": run.config.algo,
+                                   "round": r["round"].to_numpy(), "value": 100 * r["acc"].to_numpy()}))
+    for run, label in ((fedavg_run, labels[0]), (fedala_run, labels[1])):
+        first = K if run is fedala_run else 1
+        c = run.clients.dropna(subset=["test_acc"])
+        c = c[(c["client"] == client) & (c["round"] >= first)]
+        parts.append(pd.DataFrame({"label": f"{label}, client {client}", "algo": run.config.algo,
+                                   "round": c["round"].to_numpy(), "value": 100 * c["test_acc"].to_numpy()}))
+    return pd.concat(parts, ignore_index=True)
+
+
+def mean_after(run, K: int, client: int | None = None) -> float:
+    """Mean test accuracy (%) over the rounds after ``K``: pooled, or ``client``'s own."""
+    if client is None:
+        r = run.rounds.dropna(subset=["acc"])
+        return 100 * float(r.loc[r["round"] > K, "acc"].mean())
+    c = run.clients.dropna(subset=["test_acc"])
+    return 100 * float(c.loc[(c["client"] == client) & (c["round"] > K), "test_acc"].mean())
 
 
 def _client_table(run, column: str) -> pd.DataFrame:

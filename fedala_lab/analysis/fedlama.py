@@ -3,21 +3,22 @@ accuracy against the share of FedAvg(τ0)'s communication (the layout of the pap
 
     >>> runs = comparison_runs(preset("teach-fedlama"), store="runs")     # fedala_lab.experiments.runs
     >>> comm_accuracy_frame(runs)                                         # one row per run
-    >>> lama_curves(runs["FedLAMA(τ0=10, φ=2)"])                          # the paper's Fig. 1 data
+    >>> lama_curves(runs["FedLAMA(τ0=5, φ=2)"])                           # the paper's Fig. 1 data
 
 Communication is counted as the paper does, per client: C = Σ_l dim(u_l)·κ_l parameters (κ_l = times
 layer l was averaged). For runs of other algorithms it is read from ``bytes_up`` (bytes per selected
 client per round, divided by the bytes of one parameter): FedAvg's C is rounds × model size.
 
-Which accuracy to compare. The engine evaluates every client's current model before local training. For
-FedAvg that is the global model. For FedLAMA only at the start of a φ·τ0 window are all layers freshly
-averaged; mid-window each client still holds its own copies of the long-interval layers, i.e. a partly
-*personalised* model, which on non-IID clients scores far higher on the client's own test split (on the
-teach preset ≈ 97 % mid-window against ≈ 93 % at the window starts). Comparing those numbers with
-FedAvg's would credit FedLAMA with a personalisation effect, not with its aggregation. The comparison here
-therefore reads every run at its *synchronised* rounds only and on a common grid of local SGD steps
-(multiples of φ·τ0 when FedAvg(φτ0) is in the set): same work, same kind of model. The as-evaluated
-numbers over all rounds are kept in the frame too (``best_acc_all``, ``final_acc_all``).
+Which accuracy to compare. The engine evaluates every client's model before local training; FedLAMA by
+default evaluates the server's model (``lama_eval="server"``: each layer as last averaged, the global model
+at a window start), so every round of its curve is read on the same kind of model as FedAvg's. With
+``lama_eval="clients"`` it evaluates each client's current model instead: only at the start of a φ·τ0 window
+are all its layers freshly averaged; mid-window it still holds its own copies of the long-interval layers, a
+partly *personalised* model that on non-IID clients scores far higher on the client's own test split, which
+would credit FedLAMA with personalisation rather than with its aggregation; such runs are read at their
+window starts only (:func:`synced_rounds`). Every run is compared on a common grid of local SGD steps
+(multiples of φ·τ0 when FedAvg(φτ0) is in the set): same work, same kind of model. The as-evaluated numbers
+over all rounds are kept in the frame too (``best_acc_all``, ``final_acc_all``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from ..algorithms.fedlama import TABLE_ADJUST, TABLE_LAYERS
+from ..algorithms.fedlama import TABLE_ADJUST, TABLE_LAYERS, evaluates_server
 from ..config import RunConfig, algo_label
 from ..record.run import Run
 
@@ -152,10 +153,11 @@ def lama_curves(run: Run, round_: int | None = None) -> pd.DataFrame:
 
 
 def synced_rounds(run: Run) -> np.ndarray:
-    """Rounds whose evaluation saw fully synchronised models: FedLAMA's window starts ((t − 1) mod φ = 0),
-    every round for the other algorithms."""
+    """Rounds whose evaluation saw a synchronised model, comparable with FedAvg's: every round of a FedLAMA run
+    that evaluates the server's model (``lama_eval="server"``, the default) and of the other algorithms;
+    only the window starts ((t − 1) mod φ = 0) of a FedLAMA run that evaluates its clients' models."""
     r = run.rounds["round"].to_numpy()
-    if _is_lama(run.config):
+    if _is_lama(run.config) and not evaluates_server(run.config):
         return r[(r - 1) % run.config.phi == 0]
     return r
 
@@ -180,7 +182,7 @@ def _common_steps(series: list[pd.Series]) -> np.ndarray:
 
 
 def comparison_label(run: Run) -> str:
-    """FedAvg(10 steps), FedLAMA(τ0=10, φ=2), FedLAMA+ALA(…), FedALA(10 steps)… from the config."""
+    """FedAvg(5 steps), FedLAMA(τ0=5, φ=2), FedLAMA+ALA(…), FedALA(5 steps)… from the config."""
     cfg = run.config
     spr = steps_per_round(cfg)
     # fedavg+ala is FedALA itself, so both spellings share a label here
@@ -239,8 +241,9 @@ def comm_accuracy_frame(runs: Mapping[str, Run] | Iterable[Run], *, reference: s
     ``reference``: the label of FedAvg(τ0) (default: the FedAvg run with the fewest steps per round).
     Columns: label, algo, steps_per_round, tau0, phi, rounds, total_steps, comm (C, parameters per client),
     comm_pct (% of the reference's C), bytes_up, bytes_down, best_acc / final_acc (%, on the steps all
-    runs share, synchronised rounds only), final_step, best_acc_all / final_acc_all (% as evaluated, all
-    rounds).
+    runs share, synchronised rounds only), final_step (where final_acc was read), final_comm_pct (what had
+    been sent before that evaluation, % of the reference's C: the point of the run's curve where final_acc
+    lies; best_comm_pct the same for best_acc), best_acc_all / final_acc_all (% as evaluated, all rounds).
     """
     return _frame(_compare(runs, reference))
 
@@ -269,6 +272,12 @@ def _frame(cmp: _Compared) -> pd.DataFrame:
         spr = steps_per_round(cfg)
         a = cmp.accs[k]
         on_grid = a[a.index.isin(common)] if len(common) else a
+        sent_before = cmp.per_round[k].sort_index().cumsum().shift(1, fill_value=0)
+
+        def sent_pct(step, sent_before=sent_before, spr=spr):  # sent before the evaluation at ``step``
+            got = sent_before.get(int(step) // spr + 1, np.nan)
+            return 100.0 * float(got) / cmp.ref_cost if cmp.ref_cost else float("nan")
+
         rows.append({
             "label": k, "algo": cfg.algo, "steps_per_round": spr,
             "tau0": cfg.tau0 if _is_lama(cfg) else spr, "phi": cfg.phi if _is_lama(cfg) else 1,
@@ -278,6 +287,8 @@ def _frame(cmp: _Compared) -> pd.DataFrame:
             "best_acc": 100 * float(on_grid.max()) if len(on_grid) else float("nan"),
             "final_acc": 100 * float(on_grid.iloc[-1]) if len(on_grid) else float("nan"),
             "final_step": int(on_grid.index[-1]) if len(on_grid) else -1,
+            "final_comm_pct": sent_pct(on_grid.index[-1]) if len(on_grid) else float("nan"),
+            "best_comm_pct": sent_pct(on_grid.idxmax()) if len(on_grid) else float("nan"),
             "best_acc_all": 100 * r.best_acc, "final_acc_all": 100 * r.final_acc,
             "reference": k == cmp.ref,
         })

@@ -282,13 +282,18 @@ class Landscape:
         """All projected models of all runs (tidy, see :meth:`Trajectory.frame`)."""
         return pd.concat([t.frame() for t in self.trajectories], ignore_index=True)
 
-    def summary(self) -> pd.DataFrame:
-        """Per run: final end-of-round local loss, mean losses in the window, largest residual."""
+    def summary(self, after: int | None = None) -> pd.DataFrame:
+        """Per run: final end-of-round local loss, mean start- and end-of-round losses over the window's rounds
+        (those after round ``after`` when given: with the Fig. 4 protocol, the rounds with ALA on, which the
+        two runs do not share), largest residual, path length."""
         rows = []
         for t in self.trajectories:
+            keep = np.ones(len(t.rounds), bool) if after is None else t.rounds > after
+            if not keep.any():
+                raise ConfigError("after", after, f"a round before the window's last ({int(t.rounds[-1])})")
             rows.append({
                 "label": t.label, "final_end_loss": float(t.end_loss[-1]),
-                "mean_start_loss": float(t.start_loss.mean()), "mean_end_loss": float(t.end_loss.mean()),
+                "mean_start_loss": float(t.start_loss[keep].mean()), "mean_end_loss": float(t.end_loss[keep].mean()),
                 "max_residual": t.max_residual,
                 "path_length": t.path_length(),
             })

@@ -214,11 +214,14 @@ def _dataset_name(d) -> str:
 
 def run_settings(cfg) -> str:
     """The settings that make a run what it is, its algorithm's own only: ``lr 0.1, batch 10, E 1, ρ 1`` then
-    the algorithm's hyper-parameters as their declarations show them (``μ 0.001`` for FedProx, ``η 1, s 80,
-    p 1`` for ALA and the round ALA starts after when set, ``τ0 10, φ 2`` for FedLAMA; others when they differ
-    from their default)."""
+    the share of stragglers when there are any (``90 % stragglers dropped``: FedAvg drops them, FedProx keeps
+    their partial work), then the algorithm's hyper-parameters as their declarations show them (``μ 0.001``
+    for FedProx, ``η 1, s 80, p 1`` for ALA and the round ALA starts after when set, ``τ0 5, φ 2`` for FedLAMA;
+    others when they differ from their default)."""
     parts = [f"lr {cfg.lr:g}", f"batch {cfg.batch_size}",
              f"τ {cfg.local_steps} steps" if cfg.local_steps else f"E {cfg.local_epochs}", f"ρ {cfg.join_ratio:g}"]
+    if cfg.stragglers:  # a run with stragglers is not comparable with one without: say so, and what it did
+        parts.append(f"{100 * cfg.stragglers:g} % stragglers {'dropped' if cfg.drops_stragglers else 'kept'}")
     parts += [t for p in cfg.algorithm.params if (t := p.shown(getattr(cfg, p.name))) is not None]
     return ", ".join(parts)
 

@@ -40,7 +40,7 @@ class ClientAccuracyDisplay(ClientDisplay):
     def plot(self, ax=None):
         df = self.frame_
         n_clients = int(df["client"].max()) + 1 if len(df) else 0
-        fig, ax = new_axes(ax, figsize=(max(6.4, 0.3 * n_clients + 2.5), 3.8))
+        fig, ax = new_axes(ax, figsize=(max(6.4, 0.3 * n_clients + 2.5), 4.3))
         spread = df.groupby("client")["acc"].agg(["min", "max"])
         self.ranges_ = ax.vlines(spread.index, spread["min"], spread["max"], color="0.8", lw=3, zorder=1)
         groups = styled_groups(df)
@@ -54,8 +54,8 @@ class ClientAccuracyDisplay(ClientDisplay):
         ax.set_xticks(range(0, n_clients, 1 if n_clients <= 30 else max(1, n_clients // 20)))
         ax.set_ylim(-2, 102)
         ax.grid(True, axis="y")
-        if self.markers_:
-            ax.legend(loc="lower left", ncol=min(len(groups), 3))
+        if self.markers_:  # below the axes: inside, it would cover clients' markers
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=min(len(groups), 3), frameon=False)
         ax.set_title(self.title or "Accuracy of each client's model")
         return self._drawn(fig, ax)
 

@@ -17,27 +17,41 @@ from .style import styled_groups
 class AccuracyCurveDisplay(Display):
     """Per-round curves of one metric (``acc`` in %, losses as they are), one line per run."""
 
-    def __init__(self, curves: pd.DataFrame, metric: str = "acc", title: str | None = None):
+    def __init__(self, curves: pd.DataFrame, metric: str = "acc", title: str | None = None, *,
+                 marks: dict | None = None):
         self.curves_ = curves
         self.metric = metric
         self.title = title
+        self.marks = dict(marks or {})  # x → text: a vertical line with its text (e.g. where ALA switches on)
 
     @classmethod
-    def from_runs(cls, runs, metric: str = "acc", ax=None, *, labels=None, title: str | None = None):
+    def from_runs(cls, runs, metric: str = "acc", ax=None, *, labels=None, title: str | None = None,
+                  marks: dict | None = None):
         """Compute the curves of ``runs`` (labels: a list, a {run: label} dict, or the algorithm names)."""
-        return cls(accuracy_curves(runs, metric, labels), metric, title).plot(ax=ax)
+        return cls(accuracy_curves(runs, metric, labels), metric, title, marks=marks).plot(ax=ax)
 
     def plot(self, ax=None):
         fig, ax = new_axes(ax, figsize=(6.4, 4.0))
         self.lines_ = []
-        for label, df, colour, ls in styled_groups(self.curves_):
-            (line,) = ax.plot(df["round"], df["value"], ls=ls, marker="o" if len(df) <= 30 else None, ms=3,
+        groups = styled_groups(self.curves_)
+        dots = max((len(df) for _, df, _, _ in groups), default=0) <= 30  # markers on every curve, or on none
+        for label, df, colour, ls in groups:
+            (line,) = ax.plot(df["round"], df["value"], ls=ls, marker="o" if dots else None, ms=3,
                               lw=1.4, color=colour, label=str(label))
             self.lines_.append(line)
+        self.mark_lines_ = []
+        rounds = self.curves_["round"] if len(self.curves_) else pd.Series([0, 1])
+        middle = (rounds.min() + rounds.max()) / 2
+        for x, text in self.marks.items():
+            self.mark_lines_.append(ax.axvline(x, color="0.35", ls=":", lw=1.2))
+            left = x > middle  # the text on the side with room, inside the axes
+            ax.annotate(text, (x, 0.02), xycoords=("data", "axes fraction"), xytext=(-4 if left else 4, 0),
+                        textcoords="offset points", ha="right" if left else "left", va="bottom", fontsize=8,
+                        color="0.25")
         ax.set_xlabel("round")
         ax.set_ylabel(ROUND_METRICS[self.metric][0])
         ax.grid(True, alpha=0.3)
         if self.lines_:
-            ax.legend(frameon=False)
+            ax.legend(frameon=False, fontsize=8)
         ax.set_title(self.title or f"{ROUND_METRICS[self.metric][0].split(' (')[0]} per round")
         return self._drawn(fig, ax)

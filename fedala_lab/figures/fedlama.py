@@ -2,9 +2,9 @@
 per-layer interval timeline.
 
     >>> runs = comparison_runs(preset("teach-fedlama"), store="runs")        # experiments/runs.py
-    >>> FedLAMACurvesDisplay.from_run(runs["FedLAMA(τ0=10, φ=2)"])
+    >>> FedLAMACurvesDisplay.from_run(runs["FedLAMA(τ0=5, φ=2)"])
     >>> CommAccuracyDisplay.from_runs(runs).frame_                          # the table it draws
-    >>> IntervalTimelineDisplay.from_run(runs["FedLAMA(τ0=10, φ=2)"])
+    >>> IntervalTimelineDisplay.from_run(runs["FedLAMA(τ0=5, φ=2)"])
 
 Displays draw what analysis/fedlama.py computed; they compute nothing themselves. All of them as files:
 ``fedala_lab.reproduce.fedlama_figures``.
@@ -70,7 +70,8 @@ class CommAccuracyDisplay(Display):
     """Accuracy against communication in % of FedAvg(τ0)'s (FedLAMA Tables 1–4, drawn as curves).
 
     One line per run over its synchronised rounds (x: what had been sent before the evaluation, y: pooled
-    accuracy), a marker at its end; ``frame_`` is the table (one row per run, see
+    accuracy), a marker on it where the final (or best) accuracy of the table was read; the legend gives each
+    run's whole upload in % of FedAvg(τ0)'s; ``frame_`` is the table (one row per run, see
     :func:`fedala_lab.analysis.fedlama.comm_accuracy_frame`), ``to_markdown()`` prints it.
     """
 
@@ -91,7 +92,7 @@ class CommAccuracyDisplay(Display):
         return cls(frame, curves, metric=metric, title=title).plot(ax=ax)
 
     def plot(self, ax=None):
-        fig, ax = new_axes(ax, figsize=(7.2, 4.4))
+        fig, ax = new_axes(ax, figsize=(7.2, 4.8))
         col = f"{self.metric}_acc"
         self.lines_ = []
         self.markers_ = []
@@ -99,17 +100,20 @@ class CommAccuracyDisplay(Display):
         for row, (color, ls) in zip(self.frame_.itertuples(index=False), styles):
             cur = self.curves_[self.curves_["label"] == row.label]
             line, = ax.plot(cur["comm_pct"], cur["acc"], ls=ls, color=color, lw=1.3, alpha=0.8,
-                            label=f"{row.label}: {row.comm_pct:.0f} % comm., {getattr(row, col):.2f} %")
-            mk = ax.scatter([row.comm_pct], [getattr(row, col)], s=60, color=color, edgecolors="black", zorder=3)
+                            label=f"{row.label}: uploads {row.comm_pct:.0f} %, {self.metric} {getattr(row, col):.2f} %")
+            # the dot lies on the curve: where the accuracy was read, at what had been sent by then
+            x = getattr(row, f"{self.metric}_comm_pct", row.comm_pct)
+            mk = ax.scatter([x], [getattr(row, col)], s=60, color=color, edgecolors="black", zorder=3)
             self.lines_.append(line)
             self.markers_.append(mk)
-        ax.set_xlabel("communication sent (% of FedAvg(τ0)'s total, per client)")
-        ax.set_ylabel(f"pooled test accuracy (%), {self.metric} synchronised round")
+        ax.set_xlabel("communication sent so far (% of FedAvg(τ0)'s total upload, per client)")
+        ax.set_ylabel("pooled test accuracy (%)")
         lo = float(np.nanpercentile(self.curves_["acc"], 20)) if len(self.curves_) else 0.0
         hi = float(np.nanmax(self.curves_["acc"])) if len(self.curves_) else 100.0
         ax.set_ylim(max(0.0, lo - 2), min(100.0, hi + 1.5))
         ax.grid(True, alpha=0.3)
-        ax.legend(loc="lower right", fontsize=8, frameon=False)
+        # below the axes: inside, it would cover the curves' ends, where the comparison is read
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1, fontsize=8, frameon=False)
         ax.set_title(self.title or "Accuracy vs communication (same local SGD steps)")
         return self._drawn(fig, ax)
 

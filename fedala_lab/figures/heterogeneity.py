@@ -44,14 +44,17 @@ class HeterogeneityDisplay(Display):
                 vals = self.points_[label][0 if key == "best" else 1]
                 a.scatter(np.full(len(vals), i), vals, s=14, color="black", zorder=3,
                           label="one seed" if i == 0 else None)
-                a.annotate(f"{f[f'{key}_mean'].iloc[i]:.1f}", (i, f[f"{key}_mean"].iloc[i]), ha="center",
-                           va="bottom", xytext=(0, 6), textcoords="offset points", fontsize=8)
+                top = max(f[f"{key}_mean"].iloc[i] + np.nan_to_num(f[f"{key}_std"].iloc[i]), max(vals, default=0))
+                a.annotate(f"{f[f'{key}_mean'].iloc[i]:.1f}", (i, top), ha="center",  # above the error bar
+                           va="bottom", xytext=(0, 4), textcoords="offset points", fontsize=8)
             a.set_xticks(x, f["label"])
             a.set_ylabel(ylabel)
             a.grid(True, axis="y")
         lo = np.nanmin(f["best_mean"] - np.nan_to_num(f["best_std"])) if len(f) else 0
         axes[0].set_ylim(max(0.0, lo - 10), 100)
-        axes[0].legend(loc="lower left")
+        # one legend for both panels, under them: inside, it sat on the first bar
+        handles, labels = axes[0].get_legend_handles_labels()
+        self.legend_ = fig.legend(handles, labels, loc="outside lower center", ncol=2, frameon=False)
         n = int(f["n_seeds"].max()) if len(f) else 0
         fig.suptitle(self.title or f"FedAvg as the clients' data drift apart ({n} seed(s) each)")
         return self._drawn(fig, axes)

@@ -193,8 +193,12 @@ def plot(label: str, elem_id: str, **kw) -> gr.Plot:
     return gr.Plot(label=label, elem_id=elem_id, show_label=False, **kw)
 
 
-def table(label: str, elem_id: str, **kw) -> gr.Dataframe:
-    """A read-only table whose cells wrap, so every column stays in view (no cut-off on the right)."""
+def table(label: str, elem_id: str, columns, **kw) -> gr.Dataframe:
+    """A read-only table whose cells wrap, so every column stays in view (no cut-off on the right). Before a
+    first result it shows its ``columns``' headers and no rows (Gradio's own placeholder reads "1 2 3")."""
+    import pandas as pd
+
+    kw.setdefault("value", pd.DataFrame(columns=list(columns)))
     return gr.Dataframe(label=label, elem_id=elem_id, interactive=False, wrap=True, **kw)
 
 
@@ -234,17 +238,18 @@ KEEP_TYPED_VALUES_JS = """
 """
 
 
-def follow(source, target, field: str, top, lo: int = 0) -> None:
+def follow(source, target, field: str, top, lo: int = 0, event: str = "release") -> None:
     """Keep ``target``'s maximum at ``top(n)`` for the value n ``source`` is released at (the client
-    slider follows N, the round sliders follow T). Its value is never moved: one now out of range is
-    named in a warning, and a job sent it is refused."""
+    slider follows N, the round sliders follow T; ``event="change"`` for a dropdown: ALA's p follows the
+    model). Its value is never moved: one now out of range is named in a warning, and a job sent it is
+    refused."""
 
     def update(n, value):
-        hi = top(int(n))
+        hi = top(n if isinstance(n, str) else int(n))
         if isinstance(value, (int, float)) and not lo <= value <= hi:
             err = ConfigError(field, value, f"a whole number from {lo} to {hi} now")
             gr.Warning(html_text(f"{err}: set it again before running"))
         return gr.Slider(maximum=hi)
 
     # queued: a warning reaches the page only from a queued event
-    source.release(update, [source, target], target, **LIGHT, **PRIVATE)
+    getattr(source, event)(update, [source, target], target, **LIGHT, **PRIVATE)

@@ -1,22 +1,25 @@
 """Ablation: FedALA once per value of p (top blocks with ALA weights) or s (% of local data used to learn
-them), everything else as set (paper Tables 1 and 6)."""
+them) and per seed, everything else as set (paper Tables 1 and 6): mean ± std over the seeds, and whether the
+values differ by more than the seeds do."""
 
 from __future__ import annotations
 
 import time
 
 import gradio as gr
+import pandas as pd
 
 from ...errors import ConfigError
 from ...experiments.runs import get_or_run
 from ..jobs import finished_status, job
 from ..settings import make_config, whole
-from ..widgets import PRIVATE, Radio, plot, run_stop, table
+from ..widgets import PRIVATE, Radio, plot, run_stop, table, whole_slider
 from . import Panel
 
 # Sweeps offered (small: each value is one FedALA run of the current settings).
 ABLATION_VALUES = {"p": "1,2,3", "s": "5,20,50,80,100"}
 MAX_SWEEP = 8
+MAX_SEEDS = 5
 
 
 def parse_values(param: str, values) -> list:
@@ -38,32 +41,83 @@ def parse_values(param: str, values) -> list:
 
 
 @job
-def ablation(app, param, values, settings, job):
-    """FedALA for each value of ``param`` (p or s), the rest as set: the paper's Tables 1/6 as a plot.
-    Stopped, it draws the values finished so far."""
+def ablation(app, param, values, seeds, settings, job):
+    """FedALA for each value of ``param`` (p or s), run seeds 0 … ``seeds`` − 1, the rest as set: the paper's
+    Tables 1/6 as a plot, a table (mean ± std over the seeds) and a sentence on what the differences mean.
+    Stopped, it draws the values finished so far (with all their seeds)."""
     from ...figures.ablation import AblationDisplay
 
     if param not in ABLATION_VALUES:
         raise ConfigError("param", param, "p or s")
-    cfgs = [make_config(algo="fedala", **{**settings, param: v}) for v in parse_values(param, values)]
+    seeds = whole(seeds)
+    if not isinstance(seeds, int) or isinstance(seeds, bool) or not 1 <= seeds <= MAX_SEEDS:
+        raise ConfigError("seeds", seeds, f"an integer from 1 to {MAX_SEEDS}")
+    cfgs = [make_config(algo="fedala", **{**settings, param: v, "seed": k})
+            for v in parse_values(param, values) for k in range(seeds)]
     tic = time.perf_counter()
     got = app.fetch(job, cfgs, lambda store, callback: [get_or_run(c, store, progress=False, callback=callback)
                                                         for c in cfgs],
-                    labels=[f"FedALA {param}={getattr(c, param):g}" for c in cfgs])
-    if not got.runs:  # nothing finished: what the page shows stays
-        return gr.skip(), gr.skip(), got.status
-    disp = AblationDisplay.from_runs(got.runs, param=param)
-    return disp.figure_, disp.frame_.round(3), finished_status(got, time.perf_counter() - tic, "FedALA run(s)")
+                    labels=[f"FedALA {param}={getattr(c, param):g}, seed {c.seed}" for c in cfgs])
+    done = _whole_values(got.runs, param, seeds)
+    if not done:  # no value finished with all its seeds: what the page shows stays
+        return gr.skip(), gr.skip(), gr.skip(), got.status
+    disp = AblationDisplay.from_runs(done, param=param)
+    return (disp.figure_, shown_table(disp.frame_, param), finding(disp.frame_, param),
+            finished_status(got, time.perf_counter() - tic, "FedALA run(s)"))
+
+
+def _whole_values(runs, param: str, seeds: int) -> list:
+    """The runs of the values that finished with every seed (a stopped sweep draws those)."""
+    by = {}
+    for r in runs:
+        by.setdefault(getattr(r.config, param), []).append(r)
+    return [r for rs in by.values() if len(rs) == seeds for r in rs]
+
+
+def shown_table(frame: pd.DataFrame, param: str) -> pd.DataFrame:
+    """The ablation frame with readable headers; the std columns only when there are several seeds."""
+    out = pd.DataFrame({param: frame[param]})
+    several = frame["n_seeds"].min() > 1
+    for kind in ("best", "final"):
+        out[f"{kind} acc %"] = frame[f"{kind}_mean"].round(2)
+        if several:
+            out[f"{kind} ± std"] = frame[f"{kind}_std"].round(2)
+    out["seeds"] = frame["n_seeds"]
+    out["ALA ms per round"] = (1000 * frame["ala_seconds"]).round(1)
+    if "ala_weights" in frame:
+        out["ALA weights"] = frame["ala_weights"]
+    return out
+
+
+def finding(frame: pd.DataFrame, param: str) -> str:
+    """Whether the values differ by more than the seeds do, with the numbers."""
+    best = frame.set_index(param)["best_mean"]
+    hi, lo = best.idxmax(), best.idxmin()
+    gap = best.max() - best.min()
+    head = (f"Best accuracy from {best.min():.2f} % ({param} = {lo:g}) to {best.max():.2f} % ({param} = {hi:g}): "
+            f"{gap:.2f} points apart")
+    if frame["n_seeds"].min() < 2:
+        return (head + ", one seed. A run's accuracy also moves from seed to seed, and with one seed that spread "
+                "is not measured: close values, even equal ones, are not told apart. Set seeds to 3 to see it.")
+    noise = float(frame["best_std"].max())
+    verdict = ("within the seeds' spread: these values are not told apart here" if gap <= 2 * noise else
+               "more than twice the seeds' largest std: the difference is measured")
+    return f"{head}; std over {int(frame['n_seeds'].min())} seeds up to {noise:.2f} points, {verdict}."
 
 
 def build(app, settings) -> Panel:
     gr.Markdown("FedALA once per value of p (top blocks with ALA weights) or s (% of local data used to learn "
-                "them), everything else as set (paper Tables 1 and 6).")
+                "them) and per seed (0, 1, …), everything else as set (paper Tables 1 and 6): mean ± std over "
+                "the seeds. The first time ≈ 5 s a run on a laptop CPU (9 runs for 3 values × 3 seeds).")
     with gr.Row():
         param = Radio([("p", "p"), ("s", "s")], value="p", label="sweep", elem_id="abl-param", field="param")
         values = gr.Textbox(ABLATION_VALUES["p"], label="values (comma-separated)", elem_id="abl-values")
+        seeds = whole_slider(1, MAX_SEEDS, 3, "seeds", "abl-seeds", field="seeds")
     run, stop, status = run_stop("abl")
+    found = gr.Markdown(elem_id="abl-finding")
     abl_plot = plot(label="accuracy and cost", elem_id="abl-plot")
-    frame = table(label="per value", elem_id="abl-table")
+    frame = table(label="per value", elem_id="abl-table", columns=("p", "best acc %", "best ± std", "final acc %",
+                                                                    "final ± std", "seeds", "ALA ms per round",
+                                                                    "ALA weights"))
     param.change(lambda prm: ABLATION_VALUES.get(prm, ""), param, values, queue=False, **PRIVATE)
-    return Panel("ablation", run, stop, status, [param, values], [abl_plot, frame])
+    return Panel("ablation", run, stop, status, [param, values, seeds], [abl_plot, frame, found])

@@ -10,9 +10,13 @@ from ...errors import ConfigError
 from ...experiments.runs import tracked_run
 from ..jobs import job
 from ..recorded import recorded_panel
-from ..settings import DEFAULTS, ala_settings, make_config, whole
+from ..settings import DEFAULTS, ala_settings, make_config, p_max, whole
 from ..widgets import follow, mirror, plot, run_stop, table, whole_slider
 from . import Panel
+
+# the W table's headers (ALAWeightsDisplay.summary's columns → what the page shows)
+COLUMNS = {"param": "tensor", "shape": "shape", "weights": "ALA weights", "mean": "mean W",
+           "at_0": "share of W at 0 (keeps the local value)", "at_1": "share of W at 1 (takes the global value)"}
 
 
 @job
@@ -35,6 +39,7 @@ def ala(app, client, round_, settings, job):
     loss = ALALossDisplay.from_run(run, client, round_=weights.round_)
     summary = weights.summary().round(3)
     summary["shape"] = summary["shape"].map(lambda t: " × ".join(map(str, t)))
+    summary = summary.rename(columns=COLUMNS)
     note = got.status or (
         f"Client {client} (holds labels {', '.join(map(str, held))}), ALA weights after round {weights.round_} "
         f"of {run.summary()['rounds']}; start phase {loss.start_epochs} epoch(s) in round 2"
@@ -52,12 +57,14 @@ def build(app, settings) -> Panel:
         round_ = whole_slider(2, d["rounds"], d["rounds"], "round (ALA starts in round 2)", "ala-round",
                               field="round")
     with gr.Row():
-        for mine, name in zip(ala_settings("ala-"), ("eta", "s", "p")):
-            mirror(mine, settings[name])
+        mine = ala_settings("ala-")
+        for widget, name in zip(mine, ("eta", "s", "p")):
+            mirror(widget, settings[name])
+    follow(settings["model"], mine[2], "p", p_max, lo=1, event="change")  # as Train & compare's p
     run, stop, status = run_stop("ala")
     weights_plot = plot(label="ALA weights W (Fig. 2)", elem_id="ala-weights-plot")
     loss_plot = plot(label="ALA loss (Fig. 3)", elem_id="ala-loss-plot")
-    summary = table(label="W per tensor", elem_id="ala-table")
+    summary = table(label="W per tensor", elem_id="ala-table", columns=COLUMNS.values())
     recorded_panel("fig2", "The paper's setting, recorded: Fig. 2 on real MNIST Dir(0.1) with the paper's CNN")
     recorded_panel("fig3", "The paper's setting, recorded: Fig. 3 on real MNIST with the paper's CNN")
     follow(settings["num_clients"], client, "client", lambda n: n - 1)

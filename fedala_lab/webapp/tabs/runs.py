@@ -27,10 +27,10 @@ DATASET_FILTER = [ANY] + DATASET_CHOICES
 PARTITION_FILTER = [ANY] + PARTITION_CHOICES
 STATUS_FILTER = [ANY, ("complete", "complete"), ("diverged", "diverged"), ("stopped", "stopped")]
 # The columns of the list and of the comparison, with their widths (the run's folder name wraps in its own)
-LISTED = {"date": "9%", "algorithm": "8%", "data": "9%", "clients": "5%", "settings": "20%", "rounds": "5%",
-          "status": "9%", "best acc %": "6%", "final acc %": "6%", "name": "23%"}
-COMPARED = {"#": "3%", "algorithm": "8%", "data": "9%", "clients": "5%", "settings": "20%", "rounds": "6%",
-            "status": "9%", "best acc %": "6%", "best round": "5%", "final acc %": "6%", "run": "23%"}
+LISTED = {"date": "9%", "algorithm": "8%", "data": "9%", "clients": "7%", "settings": "19%", "seed": "5%",
+          "rounds": "6%", "status": "9%", "best acc %": "6%", "final acc %": "6%", "name": "16%"}
+COMPARED = {"#": "3%", "algorithm": "8%", "data": "9%", "clients": "7%", "settings": "18%", "seed": "5%",
+            "rounds": "6%", "status": "9%", "best acc %": "6%", "best round": "6%", "final acc %": "6%", "run": "17%"}
 
 
 @friendly
@@ -95,6 +95,7 @@ def _listing(overview: pd.DataFrame) -> pd.DataFrame:
             "data": setting_label(cfg) if cfg else "?",
             "clients": cfg.data.num_clients if cfg else None,
             "settings": run_settings(cfg) if cfg else "",
+            "seed": cfg.seed if cfg else None,
             "rounds": cfg.rounds if cfg else None,
             "status": _status(r),
             "best acc %": None if pd.isna(r.best_acc) else round(float(r.best_acc), 2),
@@ -127,7 +128,7 @@ def _compared(names, loaded) -> pd.DataFrame:
     for i, (name, run) in enumerate(zip(names, loaded), 1):
         s, cfg = run.summary(), run.config
         rows.append({"#": i, "algorithm": algo_label(cfg.algo), "data": setting_label(cfg),
-                     "clients": cfg.data.num_clients, "settings": run_settings(cfg),
+                     "clients": cfg.data.num_clients, "settings": run_settings(cfg), "seed": cfg.seed,
                      "rounds": f"{s['rounds']} of {cfg.rounds}" if run.status == "partial" else cfg.rounds,
                      "status": f"stopped at round {s['rounds']}" if run.status == "partial" else run.status,
                      "best acc %": round(s["best_acc"], 2), "best round": s["best_round"],
@@ -161,14 +162,14 @@ def build(app, demo) -> tuple[list, list]:
         text = gr.Textbox("", label="text", placeholder="any text in the list, e.g. lr 0.05", elem_id="runs-text",
                           min_width=160)
         refresh = gr.Button("Refresh", elem_id="runs-refresh", scale=0, min_width=110)
-    listing = table(label="runs (click one to compare it)", elem_id="runs-table", max_height=360,
-                    value=pd.DataFrame(columns=list(LISTED)), column_widths=list(LISTED.values()))
+    listing = table(label="runs (click one to compare it)", elem_id="runs-table", max_height=360, columns=LISTED,
+                    column_widths=list(LISTED.values()))
     selection = gr.Dropdown([], value=[], multiselect=True, label="runs to compare", elem_id="run-name",
                             allow_custom_value=True)
     with gr.Row():
         run_plot = plot(label="test accuracy", elem_id="run-plot", scale=3)
         details = gr.JSON(label="summary and settings of the last one picked", elem_id="run-details", scale=2)
-    compared = table(label="runs compared", elem_id="runs-compared", value=pd.DataFrame(columns=list(COMPARED)),
+    compared = table(label="runs compared", elem_id="runs-compared", columns=COMPARED,
                      column_widths=list(COMPARED.values()))
     inputs = [selection, algorithm, dataset, partition, status, text]
     outputs = [listing, selection, run_plot, details, compared]

@@ -11,9 +11,18 @@ import pandas as pd
 
 from ...config import algo_label
 from ...errors import ConfigError
-from ...experiments.runs import get_or_run
+from ...experiments.runs import get_or_run, load_stored
 from ..jobs import finished_status, job, run_label
-from ..settings import SCENARIO_FIELDS, SCENARIOS, TRAIN_ALGOS, make_config, scenario_values, train_settings
+from ..settings import (
+    LOCAL_NOTE,
+    SCENARIO_FIELDS,
+    SCENARIOS,
+    TRAIN_ALGOS,
+    make_config,
+    scenario_notice,
+    scenario_values,
+    train_settings,
+)
 from ..widgets import CheckboxGroup, Radio, plot, run_stop, table
 from . import Panel
 
@@ -40,14 +49,26 @@ def train(app, algos, settings, job):
 
 @job
 def clients(app, algos, settings, job):
-    """Each client's final accuracy under every selected algorithm whose run is stored (drawn after
-    :func:`train`): per client, and as a spread over clients."""
+    """Each client's accuracy at the last round of every selected algorithm's run (drawn after :func:`train`,
+    from the same runs as its curves): per client, and as a spread over clients. A run Stop interrupted is
+    drawn at the round it stopped (from its checkpoint), labelled so; with no run at all (stopped before it
+    started) the page keeps what it shows, as the curves do."""
     from ...figures.clients import ClientAccuracyDisplay, ClientSpreadDisplay
 
-    runs = [r for r in (app.store.find(make_config(algo=a, **settings)) for a in _algos(algos)) if r is not None]
+    runs = [r for r in (_stored(app, make_config(algo=a, **settings)) for a in _algos(algos)) if r is not None]
     if not runs:
         return gr.skip(), gr.skip()
-    return ClientAccuracyDisplay.from_runs(runs).figure_, ClientSpreadDisplay.from_runs(runs).figure_
+    labels = [run_label(r) for r in runs]
+    return (ClientAccuracyDisplay.from_runs(runs, labels=labels).figure_,
+            ClientSpreadDisplay.from_runs(runs, labels=labels).figure_)
+
+
+def _stored(app, cfg):
+    """The finished run of ``cfg`` in the app's store, else what its checkpoint recorded (a stopped run)."""
+    run = app.store.find(cfg)
+    if run is None and app.store.checkpoint_for(cfg).is_file():
+        run = load_stored(app.store, app.store.name_for(cfg))
+    return run
 
 
 def _algos(algos) -> list[str]:
@@ -65,7 +86,7 @@ def _pct(x) -> float | None:
 
 # The summary's columns and their widths (the run's folder name wraps in the widest)
 SUMMARY = {"algorithm": "9%", "best acc %": "7%", "best round": "6%", "final acc %": "7%", "rounds": "6%",
-           "status": "11%", "seconds": "6%", "MB up": "6%", "MB down": "6%", "source": "8%", "run": "28%"}
+           "status": "11%", "seconds": "7%", "MB up": "6%", "MB down": "6%", "source": "8%", "run": "27%"}
 
 
 def _summary(app, runs, cached) -> pd.DataFrame:
@@ -91,24 +112,26 @@ def _summary(app, runs, cached) -> pd.DataFrame:
 def build(app, settings) -> Panel:
     scenario = Radio([(label, k) for k, (label, *_) in SCENARIOS.items()], value="teach", label="scenario",
                      elem_id="scenario", field="scenario")
-    algos = CheckboxGroup(TRAIN_ALGOS, value=["fedavg", "fedala"], label="algorithms", elem_id="algos",
+    algos = CheckboxGroup(TRAIN_ALGOS, value=SCENARIOS["teach"][2], label="algorithms", elem_id="algos",
                           field="algos")
     train_settings(settings)
 
-    def choose(name):
+    def choose(name, *before):
         values, ticked = scenario_values(name)
-        return [*values, ticked]
+        return [*values, ticked, scenario_notice(name, list(before))]
 
-    scenario.input(choose, scenario, [settings[k] for k in SCENARIO_FIELDS] + [algos], queue=False,
+    fields = [settings[k] for k in SCENARIO_FIELDS]
+    # never silent: the line above the tabs says what changed for every tab
+    scenario.input(choose, [scenario, *fields], fields + [algos, settings.notice], queue=False,
                    api_visibility="private")
     run, stop, status = run_stop("train")
     with gr.Row():
         acc_plot = plot(label="test accuracy", elem_id="train-acc-plot")
         loss_plot = plot(label="test loss", elem_id="train-loss-plot")
-    summary = table(label="summary", elem_id="train-summary", value=pd.DataFrame(columns=list(SUMMARY)),
-                    column_widths=list(SUMMARY.values()))
+    summary = table(label="summary", elem_id="train-summary", columns=SUMMARY, column_widths=list(SUMMARY.values()))
+    gr.Markdown(LOCAL_NOTE, elem_id="train-local-note")
     gr.Markdown("How each client fares with the model it holds at the last round (FedAvg: the global "
-                "model; FedALA and Local: its own). Tick Local for the baseline without federation.")
+                "model; FedALA and Local: its own).")
     with gr.Row():
         client_plot = plot(label="accuracy per client", elem_id="train-clients-plot", scale=3)
         spread_plot = plot(label="spread over clients", elem_id="train-spread-plot", scale=2)

@@ -26,11 +26,21 @@ SETTINGS = {"paper": "the paper's protocol: pathological split, 2 labels per cli
             "settings": "the data settings above"}
 
 
+# the table's columns: summary column → header
+COLUMNS = {"label": "run", "mean_start_loss": "start-of-round loss (mean after K)",
+           "mean_end_loss": "end-of-round loss (mean after K)", "final_end_loss": "final end-of-round loss",
+           "client_acc": "client's test accuracy % (mean after K)", "pooled_acc": "all clients' accuracy % (mean after K)",
+           "max_residual": "largest distance off the plane", "path_length": "path length in the plane"}
+
+
 @job
 def trajectory(app, client, K, before, grid, setting, settings, job):
     """Fig. 4: ``client``'s local models on its loss surface, FedAvg vs FedALA with ALA switched on after
-    round K, from round K − ``before`` to the last round of the current settings. ``setting``: "paper"
+    round K, from round K − ``before`` to the last round of the current settings; the accuracy per round
+    around K; a table of the rounds after K and a sentence saying what they show. ``setting``: "paper"
     (the pathological split, 2 labels per client, whatever the data settings say) or "settings"."""
+    from ...analysis.curves import mean_after, switch_curves
+    from ...figures.curves import AccuracyCurveDisplay
     from ...figures.trajectory import TrajectoryDisplay
 
     if setting not in SETTINGS:
@@ -45,22 +55,54 @@ def trajectory(app, client, K, before, grid, setting, settings, job):
                                                                  store=store, callback=callback),
                     labels=["FedAvg", f"FedALA (ALA on after round {K})"])
     if got.status:  # stopped: a surface needs both runs' every round of the window
-        return gr.skip(), gr.skip(), got.status
+        return gr.skip(), gr.skip(), gr.skip(), got.status
     total = sum(c.rounds for c in cfgs)
     job.progress((total, total), desc=f"loss surface: {grid}×{grid} points", unit="rounds")
-    disp = TrajectoryDisplay.from_runs(*got.runs, client, grid=grid, rounds=window)
-    note = (f"{data_title(cfg.data)}: client {client} ({int(got.runs[0].meta['train_sizes'][client])} training "
-            f"images), rounds {window[0]}–{window[1]}; ALA switched on after round {K}. Markers are "
-            "projections: the table gives each run's true final local loss and how far its models lie off the "
-            "plane.")
-    return disp.figure_, disp.landscape_.summary().round(4), note
+    fedavg, fedala = got.runs
+    disp = TrajectoryDisplay.from_runs(fedavg, fedala, client, grid=grid, rounds=window)
+    acc = AccuracyCurveDisplay(switch_curves(fedavg, fedala, client, K), marks={K + 0.5: f"ALA on after round {K}"},
+                               title=f"Test accuracy: all clients and client {client}").plot()
+    frame = disp.landscape_.summary(after=K)
+    frame["client_acc"] = [mean_after(r, K, client) for r in got.runs]
+    frame["pooled_acc"] = [mean_after(r, K) for r in got.runs]
+    images = int(fedavg.meta["train_sizes"][client])
+    shown = frame[list(COLUMNS)].round({"mean_start_loss": 4, "mean_end_loss": 4, "final_end_loss": 4, "client_acc": 2,
+                                        "pooled_acc": 2, "max_residual": 3, "path_length": 2})
+    return (disp.figure_, acc.figure_, shown.rename(columns=COLUMNS),
+            explain(frame, cfg, client, images, K, window))
+
+
+def explain(frame, cfg, client: int, images: int, K: int, window) -> str:
+    """What the figure and the table show, in the measured numbers of this run pair."""
+    avg, ala = (frame.iloc[i] for i in (0, 1))
+    head = (f"{data_title(cfg.data)}: client {client} ({images} training images), rounds {window[0]}–{window[1]}; "
+            f"ALA switched on after round {K} (grey: the rounds both runs share).")
+    if K >= window[1]:
+        return head
+    s_avg, s_ala, e_avg, e_ala = avg.mean_start_loss, ala.mean_start_loss, avg.mean_end_loss, ala.mean_end_loss
+    if s_ala < s_avg:
+        start = (f"**Start of a round** (red circles): with ALA client {client} starts local training at a local "
+                 f"loss of {s_ala:.2f} against {s_avg:.2f} with FedAvg, {s_avg / max(s_ala, 1e-12):.1f}× lower: ALA "
+                 "keeps what the client's own model learned instead of restarting from the global model.")
+    else:
+        start = (f"**Start of a round**: here ALA does not start lower ({s_ala:.2f} against FedAvg's {s_avg:.2f}).")
+    close = max(e_avg, e_ala) <= 1.5 * min(e_avg, e_ala)
+    end = (f" **End of a round** (green squares): {e_ala:.3f} with ALA against {e_avg:.3f}"
+           + (f", about the same: {cfg.local_epochs} epoch{'s' if cfg.local_epochs != 1 else ''} of SGD on the "
+              f"client's {images} images fit them from "
+              "either start, so the end points do not tell the methods apart." if close else "."))
+    acc = (f" **Accuracy** (each model before local training, as every round is evaluated): client {client} "
+           f"{ala.client_acc:.1f} % with ALA against {avg.client_acc:.1f} %, all clients {ala.pooled_acc:.1f} % "
+           f"against {avg.pooled_acc:.1f} % (mean over rounds {K + 1}–{window[1]}): the jump at K in the second plot.")
+    return f"{head}\n\n{start}{end}{acc} Markers are projections: the table gives the true losses."
 
 
 def build(app, settings) -> Panel:
     gr.Markdown("Paper Fig. 4: one client's local models on its loss surface, FedAvg (black) vs FedALA (blue), "
-                "where FedALA is FedAvg until round K and uses ALA afterwards. Red circles: start of a round, "
-                "green squares: its end. By default on the paper's protocol: the pathological split (2 labels "
-                "per client), a client with a few hundred images, K once FedAvg has levelled off.")
+                "where FedALA is FedAvg until round K and uses ALA afterwards (the rounds both share are grey). "
+                "Red circles: start of a round, green squares: its end. By default on the paper's protocol: the "
+                "pathological split (2 labels per client), a client with a few hundred images, K once FedAvg has "
+                "levelled off.")
     d = DEFAULTS
     setting = Radio([(v, k) for k, v in SETTINGS.items()], value="paper", label="data", elem_id="traj-setting",
                     field="setting")
@@ -72,9 +114,11 @@ def build(app, settings) -> Panel:
         before = whole_slider(0, 20, 5, "rounds shown before K", "traj-before", field="rounds before K")
         grid = whole_slider(5, 41, 21, "surface grid (points per axis)", "traj-grid", step=2, field="grid")
     run, stop, status = run_stop("traj")
-    traj_plot = plot(label="trajectories on the loss surface", elem_id="traj-plot")
-    losses = table(label="true local losses", elem_id="traj-table")
+    with gr.Row():
+        traj_plot = plot(label="trajectories on the loss surface", elem_id="traj-plot", scale=3)
+        acc_plot = plot(label="accuracy around K", elem_id="traj-acc-plot", scale=2)
+    losses = table(label="rounds after K", elem_id="traj-table", columns=COLUMNS.values())
     follow(settings["num_clients"], client, "client", lambda n: n - 1)
     follow(settings["rounds"], K, "K", lambda t: t - 1)
     recorded_panel("fig4", "The paper's setting, recorded: Fig. 4 on real MNIST pathological with the paper's CNN")
-    return Panel("trajectory", run, stop, status, [client, K, before, grid, setting], [traj_plot, losses])
+    return Panel("trajectory", run, stop, status, [client, K, before, grid, setting], [traj_plot, acc_plot, losses])
