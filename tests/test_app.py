@@ -22,6 +22,7 @@ from fedala_lab.experiments.presets import preset
 from fedala_lab.experiments.runs import get_or_run
 from fedala_lab.record.store import RunStore
 from fedala_lab.webapp import ui
+from fedala_lab.webapp.settings import TRAIN_ALGOS
 
 SMALL = APP_SMALL
 DATA = {k: SMALL[k] for k in ui.DATA_FIELDS}
@@ -222,6 +223,20 @@ def test_train_offers_local_and_draws_each_clients_accuracy(app):
     assert [t.get_text() for t in spread.axes[0].get_xticklabels()] == ["FedAvg", "FedALA", "Local"]
     # nothing stored for these settings yet: nothing drawn, what the page shows stays
     assert app.train_clients(["fedprox"], **{**SMALL, "seed": 77}) == (gr.skip(), gr.skip())
+
+
+def test_train_offers_the_papers_pfl_baselines_and_ala_on_them(app):
+    offered = [v for _, v in TRAIN_ALGOS]
+    for a in ("perfedavg", "fedrep", "pfedme", "ditto", "fedamp", "fedphp", "fedfomo", "apple", "partialfed"):
+        assert a in offered
+    # ALA on the seven the paper applies it to, not on those that download several client models
+    assert {a for a in offered if a.endswith("+ala")} >= {"ditto+ala", "fedrep+ala", "partialfed+ala"}
+    assert "fedfomo+ala" not in offered and "apple+ala" not in offered
+    *_, table, _ = app.train(["ditto", "ditto+ala", "fedfomo"], **SMALL)
+    assert list(table["algorithm"]) == ["Ditto", "Ditto+ALA", "FedFomo"]
+    assert (table["final acc %"] > 10).all()  # above chance on 10 classes
+    # FedFomo downloads several client models a round: more bytes down than Ditto's one model
+    assert table["MB down"].iloc[2] > table["MB down"].iloc[0]
 
 
 def test_stop_before_a_queued_job_starts_keeps_what_the_page_shows(app):

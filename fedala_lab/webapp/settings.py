@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import gradio as gr
 
 from ..config import algo_label
+from ..experiments.plans import with_ala
 from ..experiments.presets import preset
 from .widgets import Dropdown, Number, Radio, Slider, follow, whole_slider
 
@@ -44,11 +45,18 @@ def p_max(model: str) -> int:
         return 4
 
 
-# Algorithms offered on the Train & compare tab: (label, config name); Local is the no-federation baseline.
+# Algorithms offered on the Train & compare tab: (label, config name). First FedALA and its baselines
+# (Local is the no-federation one), then the FedALA paper's personalised-FL baselines (its Table 2), then
+# those of them ALA applies to, with ALA (its Table 4: ALA replaces their local initialisation).
+PFL_BASELINES = ("perfedavg", "fedrep", "pfedme", "ditto", "fedamp", "fedphp", "fedfomo", "apple", "partialfed")
 TRAIN_ALGOS = [
     (algo_label(a), a)
-    for a in ("fedavg", "fedprox", "fedala", "fedavg+ala", "fedprox+ala", "fedavg-c", "fedprox-c", "local")
+    for a in ("fedavg", "fedprox", "fedala", "fedavg+ala", "fedprox+ala", "fedavg-c", "fedprox-c", "local",
+              *PFL_BASELINES, *(a for a in with_ala(PFL_BASELINES) if a not in PFL_BASELINES))
 ]
+TRAIN_ALGOS_INFO = ("Per-FedAvg … PartialFed: the FedALA paper's personalised-FL baselines, each on its own "
+                    "default hyper-parameters; “+ALA”: ALA replaces their local initialisation. Every "
+                    "personalised method is scored with each client's own model.")
 
 DATA_FIELDS = ("dataset", "partition", "num_clients", "beta", "classes_per_client")
 TRAIN_FIELDS = ("model", "rounds", "join_ratio", "lr", "batch_size", "local_epochs", "mu", "stragglers", "eta", "s",

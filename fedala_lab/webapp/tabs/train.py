@@ -18,6 +18,7 @@ from ..settings import (
     SCENARIO_FIELDS,
     SCENARIOS,
     TRAIN_ALGOS,
+    TRAIN_ALGOS_INFO,
     make_config,
     scenario_notice,
     scenario_values,
@@ -113,7 +114,7 @@ def build(app, settings) -> Panel:
     scenario = Radio([(label, k) for k, (label, *_) in SCENARIOS.items()], value="teach", label="scenario",
                      elem_id="scenario", field="scenario")
     algos = CheckboxGroup(TRAIN_ALGOS, value=SCENARIOS["teach"][2], label="algorithms", elem_id="algos",
-                          field="algos")
+                          info=TRAIN_ALGOS_INFO, field="algos")
     train_settings(settings)
 
     def choose(name, *before):
