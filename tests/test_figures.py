@@ -491,6 +491,12 @@ def test_plans_name_the_papers_comparison():
     plan = build_plan("mnist-pfl")
     assert plan.settings == ("practical",) and plan.table_algos == PAPER_METHODS and plan.shortened
     assert {c.algo for c in plan.ala_table().configs()} >= {"fedala", "fedrep+ala", "partialfed+ala"}
+    # its README describes what it runs, and nothing it does not draw (it has no Fig. 4, 5 nor ablations)
+    from fedala_lab.reproduce.driver import describe_plan
+
+    lines = describe_plan(plan)
+    assert lines[0].startswith("practical setting") and lines[1] == "seeds: [0]" and len(lines) == 2
+    assert any(line.startswith("Fig. 4") for line in describe_plan(build_plan("mnist")))
 
 
 def test_figures_command_errors(capsys):

@@ -133,23 +133,28 @@ def describe_plan(plan: Plan) -> list[str]:
         return (f"{name}: {setting_label(cfg)}, {cfg.data.num_clients} clients, model {cfg.model}, "
                 f"{cfg.rounds} rounds, lr {cfg.lr:g}, batch {cfg.batch_size}, ALA η={cfg.eta:g} s={cfg.s:g} p={cfg.p}")
 
-    lines = [cfg_line("practical setting", plan.practical), cfg_line("pathological setting", plan.pathological)]
+    makes = set(plan.figures or FIGURES)  # only what this plan draws: mnist-pfl has no ablation nor Fig. 4
+    lines = [cfg_line(f"{which} setting", plan.setting(which)) for which in ("practical", "pathological")
+             if which in plan.settings]
     f = plan.fig4
     horizon = f" over {plan.ablation_rounds} rounds" if plan.ablation_rounds else ""
-    lines.append(f"seeds: {list(plan.seeds)} for tables, {list(plan.ablation_seeds)} for ablations; "
-                 f"s ∈ {list(plan.s_values)}, p ∈ {list(plan.p_values)}{horizon}")
-    if "search" in f and f["K"] == "auto":
-        x, y = f["plateau"]["points"], f["plateau"]["rounds"]
-        lines.append(f"Fig. 4: {f['setting']} setting, K read off the tables' FedAvg run: the first round in "
-                     f"{f['search'][0]}–{f['search'][1]} after which its best accuracy rises by less than {x:g} "
-                     f"points over {y} rounds (else the last); rounds K − {f['before']} to K + {f['after']}, client "
-                     f"{f['client']}, grid {f['grid']}×{f['grid']}, {f['num_samples']} samples; FedALA branched "
-                     f"from the FedAvg run's state at K")
-    else:
-        first, last = f["window"] if "window" in f else (f["K"] - f["before"], f["K"] + f["after"])
-        lines.append(f"Fig. 4: {f['setting']} setting, K = {f['K']}, rounds {first}–{last}, client "
-                     f"{f['client']}, grid {f['grid']}×{f['grid']}, {f['num_samples']} samples")
-    lines.append(f"Fig. 5: {plan.fig5_rounds} rounds")
+    ablations = f" for tables, {list(plan.ablation_seeds)} for ablations; s ∈ {list(plan.s_values)}, " \
+                f"p ∈ {list(plan.p_values)}{horizon}" if makes & {"table1", "table6"} else ""
+    lines.append(f"seeds: {list(plan.seeds)}{ablations}")
+    if "fig4" in makes:
+        if "search" in f and f["K"] == "auto":
+            x, y = f["plateau"]["points"], f["plateau"]["rounds"]
+            lines.append(f"Fig. 4: {f['setting']} setting, K read off the tables' FedAvg run: the first round in "
+                         f"{f['search'][0]}–{f['search'][1]} after which its best accuracy rises by less than {x:g} "
+                         f"points over {y} rounds (else the last); rounds K − {f['before']} to K + {f['after']}, client "
+                         f"{f['client']}, grid {f['grid']}×{f['grid']}, {f['num_samples']} samples; FedALA branched "
+                         f"from the FedAvg run's state at K")
+        else:
+            first, last = f["window"] if "window" in f else (f["K"] - f["before"], f["K"] + f["after"])
+            lines.append(f"Fig. 4: {f['setting']} setting, K = {f['K']}, rounds {first}–{last}, client "
+                         f"{f['client']}, grid {f['grid']}×{f['grid']}, {f['num_samples']} samples")
+    if "fig5" in makes:
+        lines.append(f"Fig. 5: {plan.fig5_rounds} rounds")
     return lines
 
 
