@@ -68,7 +68,7 @@ from torch import nn
 from torch.func import functional_call, grad_and_value
 
 from ..compute import batched
-from ..compute.backends import BatchPlan, LoopBackend
+from ..compute.backends import BatchPlan, LoopBackend, nhwc
 from ..compute.parallel import forward_threads, thread_map
 from ..compute.rng import ALA_WINDOW, generator
 from ..compute.steps import weighted_ce
@@ -283,20 +283,21 @@ class WeightLearner:
         computed exactly as in one thread."""
         buffers = dict(self.model.named_buffers())
         self.model.eval()
-        nhwc = self.channels_last and x.dim() == 4
-        if nhwc:
-            glob = {n: v.contiguous(memory_format=torch.channels_last) if v.dim() in (4, 5) else v
-                    for n, v in glob.items()}
+        cl = self.channels_last and x.dim() == 4
+        fmt = nhwc if cl else (lambda v: v)
         if lengths is None:
-            pieces = [(glob, i, min(i + chunk, len(x))) for i in range(0, len(x), chunk)]
-        else:
+            g = {n: fmt(v) for n, v in glob.items()}
+            pieces = [(g, i, min(i + chunk, len(x))) for i in range(0, len(x), chunk)]
+        else:  # G per client: (A, …) each, a client's conv weights put in that format once
             ends = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-            pieces = [({n: v[c] for n, v in glob.items()}, i, min(i + chunk, e))
+            gs = [{n: fmt(v[c]) for n, v in glob.items()} if e > a else None
+                  for c, (a, e) in enumerate(itertools.pairwise(ends))]
+            pieces = [(gs[c], i, min(i + chunk, e))
                       for c, (a, e) in enumerate(itertools.pairwise(ends)) for i in range(a, e, chunk)]
 
         def chunk_out(piece, model: nn.Module) -> torch.Tensor:
             g, a, e = piece
-            xs = x[a:e].contiguous(memory_format=torch.channels_last) if nhwc else x[a:e]
+            xs = fmt(x[a:e])
             return functional_call(model, (g, buffers), (xs,), {"stop": self.start})
 
         below = sum(p.numel() for _, b in list(self.model.named_children())[:self.start] for p in b.parameters())

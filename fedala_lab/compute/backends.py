@@ -108,6 +108,17 @@ def _aux_buffer(a, k, m, device):
     return torch.full((a, k, m), float("nan"), dtype=torch.float64, device=device)
 
 
+def nhwc(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in channels-last memory format when it is a batch of images or a conv weight (4-D), else ``t``.
+
+    Not ``t.contiguous(memory_format=torch.channels_last)``: with one channel (MNIST's images, the first
+    conv's weights) that returns ``t`` itself, whose strides torch counts as both formats, and a CPU
+    convolution given such a tensor takes a path about 2× slower than given true channels-last strides
+    (measured on the MNIST CNN, benchmarks/results.md). ``Tensor.to`` writes those strides.
+    """
+    return t.to(memory_format=torch.channels_last) if t.dim() == 4 else t
+
+
 class LoopBackend:
     """One client at a time, one batch at a time: the reference.
 
@@ -132,16 +143,16 @@ class LoopBackend:
         out = tree_map(torch.Tensor.clone, carry)
         aux = _aux_buffer(plan.num_clients, plan.sizes.shape[1], aux_size, x.device)
 
-        nhwc = self.channels_last and not train and x.dim() == 4
+        cl = self.channels_last and not train and x.dim() == 4
 
         def client(i: int, step) -> float:
             t0 = time.perf_counter()
             ci = tree_map(lambda t: t[i], out)  # views: in-place buffer updates land in `out`
-            if nhwc:  # a forward pass only: a copy of the conv weights in that format, `out` untouched
-                ci = tree_map(lambda t: t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t, ci)
+            if cl:  # a forward pass only: a copy of the conv weights in that format, `out` untouched
+                ci = tree_map(nhwc, ci)
             for k in range(int(plan.num_steps[i])):
                 idx = plan.rows[i, k, : plan.sizes[i, k]]
-                xb = x[idx].contiguous(memory_format=torch.channels_last) if nhwc else x[idx]
+                xb = nhwc(x[idx]) if cl else x[idx]
                 new, a = step(ci, shared, xb, y[idx], x.new_ones(len(idx)))
                 if new:
                     ci = {**ci, **new}  # a step returns only what it changed
