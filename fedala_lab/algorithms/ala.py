@@ -232,7 +232,7 @@ class WeightLearner:
         steps (the loop or the vectorised one, compute/backends.py).
         """
         if self.cached:
-            x = self.features(glob, x, lengths if per_client else None)
+            x = self.features(glob, x, lengths, per_client=per_client)
         plan = self.plan(lengths, x.device)
         carry = {"w": weights, "l": {n: local[n] for n in self.names}, "k": {n: local[n] for n in self.kept},
                  "buffers": {k: buffers[k] for k in self.buffer_names}}
@@ -273,27 +273,29 @@ class WeightLearner:
         return BatchPlan.from_batches([[np.arange(a + j, min(a + j + b, e)) for j in range(0, e - a, b)]
                                        for a, e in itertools.pairwise(ends)], device)
 
-    def features(self, glob: dict, x: torch.Tensor, lengths=None, chunk: int = 256) -> torch.Tensor:
-        """Output of the blocks below the weighted ones with G's parameters (no grad), in chunks of rows; with
-        ``lengths`` each client's rows go through its own G (``glob`` (A, …)).
+    def features(self, glob: dict, x: torch.Tensor, lengths=None, chunk: int = 256, *,
+                 per_client: bool = False) -> torch.Tensor:
+        """Output of the blocks below the weighted ones with G's parameters (no grad), in chunks of rows: each
+        client's window (the next ``lengths[i]`` rows; None: all rows, one window) in chunks of ``chunk`` from
+        its own first row, so that a client's features do not depend on which clients are computed with it
+        (a CPU kernel may sum in another order for another number of rows: seen as 6e-8 differences in W
+        between the engine and a Flower client computing its window alone). With ``per_client`` each
+        client's rows go through its own G (``glob`` (A, …)).
 
-        The chunk changes only the speed, not a float (a conv's output per row does not depend on the
-        rows beside it): 256 rows keep a conv's activations in cache, 22 % faster than 1,024 on the MNIST
-        CNN on one CPU thread. On a CPU the chunks are shared out among threads (compute/parallel.py), each
-        computed exactly as in one thread."""
+        256 rows keep a conv's activations in cache, 22 % faster than 1,024 on the MNIST CNN on one CPU
+        thread. On a CPU the chunks are shared out among threads (compute/parallel.py), each computed exactly
+        as in one thread."""
         buffers = dict(self.model.named_buffers())
         self.model.eval()
         cl = self.channels_last and x.dim() == 4
         fmt = nhwc if cl else (lambda v: v)
-        if lengths is None:
-            g = {n: fmt(v) for n, v in glob.items()}
-            pieces = [(g, i, min(i + chunk, len(x))) for i in range(0, len(x), chunk)]
-        else:  # G per client: (A, …) each, a client's conv weights put in that format once
-            ends = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-            gs = [{n: fmt(v[c]) for n, v in glob.items()} if e > a else None
-                  for c, (a, e) in enumerate(itertools.pairwise(ends))]
-            pieces = [(gs[c], i, min(i + chunk, e))
-                      for c, (a, e) in enumerate(itertools.pairwise(ends)) for i in range(a, e, chunk)]
+        ends = np.concatenate([[0], np.cumsum([len(x)] if lengths is None else lengths)]).astype(np.int64)
+        windows = list(itertools.pairwise(ends))
+        if per_client:  # G per client: (A, …) each, a client's conv weights put in that format once
+            gs = [{n: fmt(v[c]) for n, v in glob.items()} if e > a else None for c, (a, e) in enumerate(windows)]
+        else:
+            gs = [{n: fmt(v) for n, v in glob.items()}] * len(windows)
+        pieces = [(gs[c], i, min(i + chunk, e)) for c, (a, e) in enumerate(windows) for i in range(a, e, chunk)]
 
         def chunk_out(piece, model: nn.Module) -> torch.Tensor:
             g, a, e = piece
