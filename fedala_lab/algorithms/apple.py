@@ -146,4 +146,5 @@ PARAMS = (
 )
 
 SPEC = make_spec("apple", APPLE, label="APPLE", params=PARAMS, colour="mediumvioletred", line_style=":",
-                 category="personalised aggregation", modifiers=(), builtin=True, doc="Luo & Wu, IJCAI 2022")
+                 category="personalised aggregation", modifiers=(), builtin=True, communication="(1+M)·Σ",
+                 doc="Luo & Wu, IJCAI 2022")
