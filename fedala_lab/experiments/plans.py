@@ -378,11 +378,10 @@ class Plan:
 # of the MNIST CNN is 20 clients × 582,026 float32 parameters + the global model ≈ 49 MB (p = 2's W adds 42 MB);
 # the preset's run store holds ≈ 1.9 GB (kept states and client 4's snapshots).
 MNIST_ROUNDS = 15
-# The pFL comparison on MNIST (plan "mnist-pfl"): 15 methods and 7 with ALA, one seed, Dir(0.1) only. Rounds
-# chosen so that the plan fits 90 minutes of a 2-core CPU (its time is measured in figures/mnist-pfl/README.md):
-# its 22 runs cost about 42 FedAvg runs (pFedMe's inner steps ≈ 5×, Ditto's second model and Per-FedAvg's two
-# batches a step ≈ 2×, FedFomo/APPLE's downloads), and a FedAvg round of the MNIST CNN took 20–25 s on the
-# machine of 2026-11-27 (a 15-round plan would have taken 3 hours there).
+# The pFL comparison on MNIST (plan "mnist-pfl"): 15 methods and 7 with ALA, one seed, Dir(0.1) only. Its 22 runs
+# cost about 42 FedAvg runs: pFedMe's inner steps (and Ditto's second model, FedPHP, APPLE, Per-FedAvg) train in
+# the main process on one core, not in the worker processes. Sized for 90 minutes of a 2-core CPU, it took
+# 7,964 s at 5 rounds on 2026-11-27 on a host half as fast, partly shared (figures/mnist-pfl/README.md).
 MNIST_PFL_ROUNDS = 5
 PLAN_NAMES = ("quick", "mnist", "mnist-pfl", "paper")
 PLAN_NAMES_TEXT = "one of " + ", ".join(PLAN_NAMES)
