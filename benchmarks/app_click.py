@@ -47,8 +47,6 @@ for k, v in _OFFLINE.items():
     os.environ.setdefault(k, v)
 
 DEFAULT_ALGOS = ["fedavg", "fedala", "local"]  # the page's default ticks (webapp/settings.py, SCENARIOS["teach"])
-ALGOS = DEFAULT_ALGOS
-ALGO_LABELS = ["FedAvg", "FedALA", "Local"]  # as the summary table names them (--algos replaces both)
 
 
 def free_port() -> int:
@@ -102,13 +100,13 @@ def cpu_seconds(pid: int) -> float:
         return float("nan")
 
 
-def click(client, settings: dict, pid: int) -> tuple[float, float, list[dict], str]:
+def click(client, algos: list[str], settings: dict, pid: int) -> tuple[float, float, list[dict], str]:
     """One Train & compare click: (wall seconds, server CPU seconds, summary rows, status line).
 
     The server's CPU seconds are what the click costs on an idle machine (a simulation uses one thread),
     whatever else is running; the wall time is what the user waited on this machine, at this load."""
     c0, t0 = cpu_seconds(pid), time.perf_counter()
-    *_, summary, status = client.predict(ALGOS, **settings, api_name="/train")
+    *_, summary, status = client.predict(algos, **settings, api_name="/train")
     return time.perf_counter() - t0, cpu_seconds(pid) - c0, rows(summary), status
 
 
@@ -122,11 +120,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(HERE / "results.md"))
     ap.add_argument("--no-append", action="store_true", help="print the section, do not append it")
     args = ap.parse_args(argv)
-    global ALGOS, ALGO_LABELS  # the click's ticks, read by every step below
-    ALGOS = [a.strip() for a in args.algos.split(",") if a.strip()]
     from fedala_lab.config import algo_label
 
-    ALGO_LABELS = [algo_label(a) for a in ALGOS]
+    algos = [a.strip() for a in args.algos.split(",") if a.strip()]  # the click's ticks
+    labels = [algo_label(a) for a in algos]  # as the summary table names them
 
     import gradio
     import torch
@@ -146,16 +143,16 @@ def main(argv=None) -> int:
     out: dict = {"startup": startup}
     try:
         client = Client(url, verbose=False)
-        first, first_cpu, first_rows, first_status = click(client, settings, proc.pid)
+        first, first_cpu, first_rows, first_status = click(client, algos, settings, proc.pid)
         print(
             f"first click (fresh server): {first:.2f} s, {first_cpu:.2f} CPU s — {first_status}",
             file=sys.stderr,
         )
         warm, warm_cpu, r = [], [], first_rows
         for i in range(args.repeats):
-            for algo in ALGOS:
+            for algo in algos:
                 shutil.rmtree(store.dir_for(make_config(algo=algo, **settings)))
-            sec, cpu, r, status = click(client, settings, proc.pid)
+            sec, cpu, r, status = click(client, algos, settings, proc.pid)
             assert {x["source"] for x in r} == {"computed"}, r
             warm.append(sec)
             warm_cpu.append(cpu)
@@ -164,7 +161,7 @@ def main(argv=None) -> int:
                 file=sys.stderr,
             )
         out["sim_seconds"] = {x["algorithm"]: x["seconds"] for x in r}
-        cached, _, r, _ = click(client, settings, proc.pid)
+        cached, _, r, _ = click(client, algos, settings, proc.pid)
         assert {x["source"] for x in r} == {"run store"}, r
         out["cached"] = cached
         print(f"same settings again (run store): {cached:.3f} s", file=sys.stderr)
@@ -176,7 +173,7 @@ def main(argv=None) -> int:
         def user(i):
             c, seed = clients[i], seeds[i]
             t0 = time.perf_counter()
-            job = c.submit(ALGOS, **{**settings, "seed": seed}, api_name="/train")
+            job = c.submit(algos, **{**settings, "seed": seed}, api_name="/train")
             *_, summary, _ = job.result(timeout=600)
             return time.perf_counter() - t0, rows(summary)
 
@@ -195,7 +192,7 @@ def main(argv=None) -> int:
     # correctness: each answer is its own config's run, equal to an independent simulate()
     names, checked, wrong = set(), 0, []
     for seed, (_, answer) in zip(seeds, answers, strict=True):
-        for algo, row in zip(ALGOS, answer, strict=True):
+        for algo, row in zip(algos, answer, strict=True):
             cfg = make_config(algo=algo, **{**settings, "seed": seed})
             run = store.find(cfg)
             ref = simulate(cfg, progress=False).summary()
@@ -229,7 +226,7 @@ def main(argv=None) -> int:
         ),
         "",
         (
-            f"{', '.join(ALGO_LABELS)} ({'the page' if args.algos == ','.join(DEFAULT_ALGOS) else 'not the page'}'s default ticks) with its defaults (the embedded MNIST subset, 20 clients, Dir(0.1), MLP, lr 0.1, "
+            f"{', '.join(labels)} ({'the page' if algos == DEFAULT_ALGOS else 'not the page'}'s default ticks) with its defaults (the embedded MNIST subset, 20 clients, Dir(0.1), MLP, lr 0.1, "
             "50 rounds), through gradio_client against `python app.py` on localhost. Wall: from the request "
             "to the answer (figures and table included), at this load. Server CPU: user + system seconds "
             "the app's process spent on it — about the wall time on an idle machine, as a simulation uses "
@@ -239,18 +236,18 @@ def main(argv=None) -> int:
         "| measurement | wall s | server CPU s |",
         "|---|---:|---:|",
         f"| server start until `/gradio_api/info` answers (warm-up included) | {startup:.1f} | {na} |",
-        f"| first click of the fresh server ({len(ALGOS)} runs computed) | {first:.2f} | {first_cpu:.2f} |",
+        f"| first click of the fresh server ({len(algos)} runs computed) | {first:.2f} | {first_cpu:.2f} |",
         (
-            f"| click, the {len(ALGOS)} runs computed again: median of {len(warm)} (wall min–max "
+            f"| click, the {len(algos)} runs computed again: median of {len(warm)} (wall min–max "
             f"{min(warm):.2f}–{max(warm):.2f}) | {med:.2f} | {cpu_med:.2f} |"
         ),
         (
-            f"| … simulation seconds recorded in the last one: {' / '.join(ALGO_LABELS)} | "
-            f"{' / '.join(f'{sims.get(a, math.nan):.2f}' for a in ALGO_LABELS)} | {na} |"
+            f"| … simulation seconds recorded in the last one: {' / '.join(labels)} | "
+            f"{' / '.join(f'{sims.get(a, math.nan):.2f}' for a in labels)} | {na} |"
         ),
         f"| same settings again (served from the run store) | {cached:.3f} | {na} |",
         (
-            f"| {args.users} users click at once (seeds 1–{args.users}; {len(ALGOS)} runs each): all answered | "
+            f"| {args.users} users click at once (seeds 1–{args.users}; {len(algos)} runs each): all answered | "
             f"{out['users_wall']:.2f} | {out['users_cpu']:.2f} |"
         ),
         (
@@ -267,7 +264,7 @@ def main(argv=None) -> int:
             f"{cpu_med:.2f} s ({'met' if cpu_med <= 10 else 'not met'} on an idle machine)."
             + (f" Target (issue 24), FedAvg + FedALA click ≤ 4 s end to end: wall median {med:.2f} s "
                f"({'met' if med <= 4 else 'not met'}), simulation {sum(sims.values()):.2f} s (≤ 3 s: "
-               f"{'met' if sum(sims.values()) <= 3 else 'not met'})." if ALGOS == ["fedavg", "fedala"] else "")
+               f"{'met' if sum(sims.values()) <= 3 else 'not met'})." if algos == ["fedavg", "fedala"] else "")
         ),
     ]
     if wrong:

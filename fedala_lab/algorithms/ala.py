@@ -269,9 +269,8 @@ class WeightLearner:
     def plan(self, lengths, device) -> BatchPlan:
         """Each window walked in order in batches of ``batch_size`` rows, the last partial batch kept."""
         b = self.batch_size
-        ends = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         return BatchPlan.from_batches([[np.arange(a + j, min(a + j + b, e)) for j in range(0, e - a, b)]
-                                       for a, e in itertools.pairwise(ends)], device)
+                                       for a, e in _windows(lengths)], device)
 
     def features(self, glob: dict, x: torch.Tensor, lengths=None, chunk: int = 256, *,
                  per_client: bool = False) -> torch.Tensor:
@@ -289,8 +288,7 @@ class WeightLearner:
         self.model.eval()
         cl = self.channels_last and x.dim() == 4
         fmt = nhwc if cl else (lambda v: v)
-        ends = np.concatenate([[0], np.cumsum([len(x)] if lengths is None else lengths)]).astype(np.int64)
-        windows = list(itertools.pairwise(ends))
+        windows = _windows([len(x)] if lengths is None else lengths)
         if per_client:  # G per client: (A, …) each, a client's conv weights put in that format once
             gs = [{n: fmt(v[c]) for n, v in glob.items()} if e > a else None for c, (a, e) in enumerate(windows)]
         else:
@@ -306,6 +304,12 @@ class WeightLearner:
         outs = thread_map(chunk_out, pieces, threads=forward_threads(x.device, work=len(x) * below), ctx=self.model,
                           per_thread=lambda: copy.deepcopy(self.model))
         return torch.cat(outs) if outs else x.new_zeros((0,))
+
+
+def _windows(lengths) -> list[tuple[int, int]]:
+    """(first, end) row of each client's window, the windows laid end to end in ``lengths``' order."""
+    ends = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    return [(int(a), int(e)) for a, e in itertools.pairwise(ends)]
 
 
 def _split_at(model: nn.Module, blocks, top: set[str]) -> int:

@@ -138,9 +138,11 @@ def describe_plan(plan: Plan) -> list[str]:
              if which in plan.settings]
     f = plan.fig4
     horizon = f" over {plan.ablation_rounds} rounds" if plan.ablation_rounds else ""
-    ablations = f" for tables, {list(plan.ablation_seeds)} for ablations; s ∈ {list(plan.s_values)}, " \
-                f"p ∈ {list(plan.p_values)}{horizon}" if makes & {"table1", "table6"} else ""
-    lines.append(f"seeds: {list(plan.seeds)}{ablations}")
+    seeds = f"seeds: {list(plan.seeds)}"
+    if makes & {"table1", "table6"}:
+        seeds += (f" for tables, {list(plan.ablation_seeds)} for ablations; s ∈ {list(plan.s_values)}, "
+                  f"p ∈ {list(plan.p_values)}{horizon}")
+    lines.append(seeds)
     if "fig4" in makes:
         if "search" in f and f["K"] == "auto":
             x, y = f["plateau"]["points"], f["plateau"]["rounds"]
