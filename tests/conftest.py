@@ -9,6 +9,8 @@ import warnings
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+# cuBLAS picks a deterministic reduction only with a fixed workspace, set before CUDA starts (the gpu tests)
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 from pathlib import Path
 
@@ -47,6 +49,45 @@ APP_SMALL = {
     "p": 1,
     "seed": 0,
 }
+
+# -- devices: the oracle tests run on the CPU and, where there is one, again on a CUDA GPU (`-m gpu`) ------
+
+CUDA = torch.cuda.is_available()
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu,
+                                              pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")])]
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    """"cpu", then "cuda" (marked gpu, skipped without a GPU). On CUDA the test runs in float32 proper
+    (no TF32 in convolutions, which torch allows by default) with deterministic kernels, so that what is
+    exact on the CPU (μ = 0, a resumed run) is exact there too; comparisons across kernels (a vmapped,
+    grouped convolution against one client's) get :func:`tol`."""
+    if request.param == "cpu":
+        yield "cpu"
+        return
+    flags = (torch.backends.cudnn, "allow_tf32", False), (torch.backends.cuda.matmul, "allow_tf32", False), \
+            (torch.backends.cudnn, "deterministic", True), (torch.backends.cudnn, "benchmark", False)
+    saved = [getattr(o, k) for o, k, _ in flags]
+    for o, k, v in flags:
+        setattr(o, k, v)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield "cuda"
+    finally:
+        torch.use_deterministic_algorithms(False)
+        for (o, k, _), v in zip(flags, saved):
+            setattr(o, k, v)
+
+
+CUDA_TOL_FACTOR = 10  # CUDA's kernels sum in other orders than the CPU's and than each other's
+
+
+def tol(device: str, cpu: float) -> float:
+    """An oracle's tolerance on ``device``: ``cpu`` on the CPU; on CUDA 10× that (at least 1e-5). Exact
+    comparisons (tolerance 0) stay exact on both."""
+    return cpu if device == "cpu" or cpu == 0 else max(cpu * CUDA_TOL_FACTOR, 1e-5)
+
 
 torch.set_num_threads(1)  # tiny models: one thread is fastest and robust on a shared 2-core machine
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import small_cfg
+from conftest import small_cfg, tol
 
 from fedala_lab.algorithms.ala import blend, make_ala_step
 from fedala_lab.compute.rng import ALA_WINDOW, generator
@@ -105,8 +105,10 @@ def reference_ala(model, glob_state, local_state, weights, x_window, y_window, b
 
 
 @pytest.mark.parametrize("p,layer_idx", [(1, 2), (2, 4)])
-def test_engine_ala_equals_reference_transcription(ragged, p, layer_idx):
-    cfg = small_cfg(algo="fedala", p=p, rounds=3, threshold=0.05, s=70, batch_size=4, max_start_epochs=30)
+def test_engine_ala_equals_reference_transcription(ragged, p, layer_idx, device):
+    cfg = small_cfg(algo="fedala", p=p, rounds=3, threshold=0.05, s=70, batch_size=4, max_start_epochs=30,
+                    device=device)
+    at = tol(device, 1e-5)
     sim = Simulation(cfg, ragged)
     model = sim.model
     names = sim.param_names
@@ -132,18 +134,18 @@ def test_engine_ala_equals_reference_transcription(ragged, p, layer_idx):
             for c in range(5):
                 _, w, losses = expected[c]
                 for j, name in enumerate(names[-layer_idx:]):
-                    torch.testing.assert_close(sim.state.weights[name][c], w[j], atol=1e-5, rtol=0)
+                    torch.testing.assert_close(sim.state.weights[name][c], w[j], atol=at, rtol=0)
                 rows = sim.recorder.tables["ala"]
                 got = [l for r, cl, l in zip(rows["round"], rows["client"], rows["loss"]) if r == t and cl == c]
-                np.testing.assert_allclose(got, losses, atol=1e-5)
+                np.testing.assert_allclose(got, losses, atol=at)
             if t == 2:
                 assert max(len(expected[c][2]) for c in range(5)) > 1  # a real start phase happened
             if t == 3:
                 assert all(len(expected[c][2]) == 1 for c in range(5))
 
 
-def test_initialised_model_is_the_blend(ragged):
-    cfg = small_cfg(algo="fedala", rounds=2, snapshot_clients="all")
+def test_initialised_model_is_the_blend(ragged, device):
+    cfg = small_cfg(algo="fedala", rounds=2, snapshot_clients="all", device=device)
     sim = Simulation(cfg, ragged)
     sim.run_round(1)
     sim.round = 1
@@ -155,18 +157,18 @@ def test_initialised_model_is_the_blend(ragged):
     expect = []
     for n in sim.param_names:
         expect.append((blend(local[n][1], glob[n], w[n]) if n in w else glob[n]).reshape(-1))
-    torch.testing.assert_close(start[-1], torch.cat(expect))
+    torch.testing.assert_close(start[-1], torch.cat(expect).cpu())  # snapshots are kept on the CPU
 
 
-def test_weights_held_at_one_give_fedavg(ragged):
+def test_weights_held_at_one_give_fedavg(ragged, device):
     # η so small that W never leaves 1: ALA's initialisation is then FedAvg's overwrite
-    base = small_cfg(rounds=4, shuffle=True, join_ratio=0.6)
+    base = small_cfg(rounds=4, shuffle=True, join_ratio=0.6, device=device)
     a = Simulation(base.replace(algo="fedavg"), ragged).run(progress=False)
     sim = Simulation(base.replace(algo="fedala", eta=1e-30), ragged)
     b = sim.run(progress=False)
     assert all(bool((w == 1).all()) for w in sim.state.weights.values())
     for c in ["test_loss", "init_loss", "trained_loss"]:
-        np.testing.assert_allclose(a.clients[c], b.clients[c], atol=1e-5, err_msg=c)
+        np.testing.assert_allclose(a.clients[c], b.clients[c], atol=tol(device, 1e-5), err_msg=c)
 
 
 def test_start_phase_is_capped_and_reported(ragged):
@@ -220,11 +222,12 @@ def _as(kind, model):
 
 @pytest.mark.parametrize("kind", ["blocknet", "sequential", "module"])
 @pytest.mark.parametrize("p", [1, 2])
-def test_drop_in_equals_the_engine_and_the_reference_transcription(ragged, kind, p):
+def test_drop_in_equals_the_engine_and_the_reference_transcription(ragged, kind, p, device):
     from fedala_lab.algorithms.ala import ALA
 
     cfg = small_cfg(algo="fedala", model="mlp", p=p, rounds=3, threshold=0.05, s=70, batch_size=4,
-                    max_start_epochs=30, snapshot_clients="all")
+                    max_start_epochs=30, snapshot_clients="all", device=device)
+    at = tol(device, 1e-5)
     sim = Simulation(cfg, ragged)
     names = sim.param_names
     layer_idx = 2 * p  # the reference counts parameter tensors: a weight and a bias per Linear block
@@ -250,24 +253,24 @@ def test_drop_in_equals_the_engine_and_the_reference_transcription(ragged, kind,
                     layer_idx, cfg.eta, start_phase=(t == 2), threshold=cfg.threshold,
                     num_pre_loss=cfg.num_pre_loss, max_epochs=cfg.max_start_epochs)
                 for j, n in enumerate(names[-layer_idx:]):  # ≡ the reference transcription
-                    torch.testing.assert_close(drop_ins[c].weights[n], ref_w[c][j], atol=1e-5, rtol=0)
+                    torch.testing.assert_close(drop_ins[c].weights[n], ref_w[c][j], atol=at, rtol=0)
                 for n in names:
-                    torch.testing.assert_close(states[c][n], want[n], atol=1e-5, rtol=0)
-                np.testing.assert_allclose(drop_ins[c].losses, losses, atol=1e-5)
+                    torch.testing.assert_close(states[c][n], want[n], atol=at, rtol=0)
+                np.testing.assert_allclose(drop_ins[c].losses, losses, atol=at)
             else:
                 assert drop_ins[c].weights is None and drop_ins[c].start_phase  # round 1: skipped
         sim.run_round(t)
         sim.round = t
         for c in range(5):  # ≡ the engine: its initialised model, W and pass losses
             start = sim.recorder.snaps[f"start/{c}"][-1]
-            torch.testing.assert_close(torch.cat([states[c][n].reshape(-1) for n in names]), start,
-                                       atol=1e-5, rtol=0)
+            torch.testing.assert_close(torch.cat([states[c][n].reshape(-1) for n in names]).cpu(), start,
+                                       atol=at, rtol=0)
             if t > 1:
                 for n in names[-layer_idx:]:
-                    torch.testing.assert_close(drop_ins[c].weights[n], sim.state.weights[n][c], atol=1e-5, rtol=0)
+                    torch.testing.assert_close(drop_ins[c].weights[n], sim.state.weights[n][c], atol=at, rtol=0)
                 rows = sim.recorder.tables["ala"]
                 got = [v for r, cl, v in zip(rows["round"], rows["client"], rows["loss"]) if r == t and cl == c]
-                np.testing.assert_allclose(drop_ins[c].losses, got, atol=1e-5)
+                np.testing.assert_allclose(drop_ins[c].losses, got, atol=at)
     assert sum(sim.recorder.tables["ala"]["start_phase"]) > 5  # a real start phase happened
 
 

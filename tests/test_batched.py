@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import tol
 from torch.func import functional_call, vmap
 
 from fedala_lab.algorithms.ala import make_ala_step
@@ -18,7 +19,7 @@ A, B = 4, 6
 
 def _stacked(model):
     torch.manual_seed(1)
-    return {k: v.detach().unsqueeze(0).repeat(A, *[1] * v.dim()) + 0.05 * torch.randn(A, *v.shape)
+    return {k: v.detach().unsqueeze(0).repeat(A, *[1] * v.dim()) + 0.05 * torch.randn(A, *v.shape).to(v.device)
             for k, v in model.named_parameters()}
 
 
@@ -27,15 +28,15 @@ def _stacked(model):
                                                                      torch.nn.ReLU(), torch.nn.MaxPool2d(2),
                                                                      torch.nn.Flatten(), torch.nn.Linear(12, 5)),
                                          (2, 9, 9))])
-def test_forward_equals_each_client_on_its_own(make, shape):
-    model = make()
+def test_forward_equals_each_client_on_its_own(make, shape, device):
+    model = make().to(device)
     assert batched.batchable(model)
     params = _stacked(model)
-    x = torch.randn(A, B, *shape)
+    x = torch.randn(A, B, *shape).to(device)
     got = batched.forward(model, params, x)
     for a in range(A):
         want = functional_call(model, {k: v[a] for k, v in params.items()}, (x[a],))
-        torch.testing.assert_close(got[a], want, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(got[a], want, atol=tol(device, 1e-6), rtol=1e-5)
 
 
 def test_models_without_a_batched_form_are_told_apart():
@@ -45,28 +46,28 @@ def test_models_without_a_batched_form_are_told_apart():
     assert not hasattr(make_sgd_step(ResNet18(num_classes=4, in_channels=1), SGD(0.1)), "batched")
 
 
-def _batch():
+def _batch(device="cpu"):
     torch.manual_seed(2)
     x, y = torch.randn(A, B, 1, 8, 8), torch.randint(0, 5, (A, B))
     w = torch.ones(A, B)
     w[1, 4:] = 0  # a partial batch, padded
-    return x, y, w
+    return x.to(device), y.to(device), w.to(device)
 
 
 @pytest.mark.parametrize("sgd", [SGD(0.1), SGD(0.1, trainable=("fc.weight", "fc.bias")),
                                  SGD(0.1, objective=Proximal(0.5))])
-def test_the_sgd_step_equals_its_vmapped_step(sgd):
-    model = SmallCNN(1, 5, 8)
+def test_the_sgd_step_equals_its_vmapped_step(sgd, device):
+    model = SmallCNN(1, 5, 8).to(device)
     step = make_sgd_step(model, sgd)
     params = _stacked(model)
-    x, y, w = _batch()
+    x, y, w = _batch(device)
     shared = {"global": {k: v[0] for k, v in params.items()}}
     want, want_loss = vmap(step, in_dims=(0, None, 0, 0, 0))({"params": params, "buffers": {}}, shared, x, y, w)
     got, got_loss = step.batched({"params": {k: v.clone() for k, v in params.items()}, "buffers": {}}, shared,
                                  x, y, w)
     for k in params:
-        torch.testing.assert_close(got["params"][k], want["params"][k], atol=1e-6, rtol=1e-5)
-    torch.testing.assert_close(got_loss, want_loss, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(got["params"][k], want["params"][k], atol=tol(device, 1e-6), rtol=1e-5)
+    torch.testing.assert_close(got_loss, want_loss, atol=tol(device, 1e-6), rtol=1e-5)
     if sgd.trainable:
         assert torch.equal(got["params"]["conv1.0.weight"], params["conv1.0.weight"])
 
@@ -79,14 +80,14 @@ def test_an_objective_without_a_batched_form_keeps_vmap():
     assert not hasattr(make_sgd_step(MLP(4, 2), SGD(0.1, objective=Mine())), "batched")
 
 
-def test_the_eval_and_ala_steps_equal_their_vmapped_steps():
-    model = SmallCNN(1, 5, 8)
+def test_the_eval_and_ala_steps_equal_their_vmapped_steps(device):
+    model = SmallCNN(1, 5, 8).to(device)
     params = _stacked(model)
-    x, y, w = _batch()
+    x, y, w = _batch(device)
     ev = make_eval_step(model)
     want = vmap(ev, in_dims=(0, None, 0, 0, 0))({"params": params, "buffers": {}}, {}, x, y, w)[1]
-    torch.testing.assert_close(ev.batched({"params": params, "buffers": {}}, {}, x, y, w)[1], want, atol=1e-5,
-                               rtol=1e-5)
+    torch.testing.assert_close(ev.batched({"params": params, "buffers": {}}, {}, x, y, w)[1], want,
+                               atol=tol(device, 1e-5), rtol=1e-5)
     step = make_ala_step(model, eta=1.0, head_start=0)
     top = ("fc.weight", "fc.bias")
     carry = {"w": {n: torch.rand_like(params[n]) for n in top}, "l": {n: params[n] for n in top}, "k": {},
@@ -95,5 +96,5 @@ def test_the_eval_and_ala_steps_equal_their_vmapped_steps():
     want_w, want_loss = vmap(step, in_dims=(0, None, 0, 0, 0))(carry, shared, x, y, w)
     got_w, got_loss = step.batched(carry, shared, x, y, w)
     for n in top:
-        torch.testing.assert_close(got_w["w"][n], want_w["w"][n], atol=1e-6, rtol=1e-5)
-    torch.testing.assert_close(got_loss, want_loss, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(got_w["w"][n], want_w["w"][n], atol=tol(device, 1e-6), rtol=1e-5)
+    torch.testing.assert_close(got_loss, want_loss, atol=tol(device, 1e-6), rtol=1e-5)

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import small_cfg
+from conftest import small_cfg, tol
 
 from fedala_lab.algorithms.base import state_to_dict
 from fedala_lab.engine.simulate import Simulation, bind, read_checkpoint
@@ -21,33 +21,34 @@ def run_sim(cfg, data):
 
 
 @pytest.mark.parametrize("algo", ALGOS)
-def test_vectorised_equals_loop(algo, ragged):
+def test_vectorised_equals_loop(algo, ragged, device):
     # ragged sizes, reshuffled epochs, partial last batches and half the clients per round
-    cfg = small_cfg(algo=algo, shuffle=True, drop_last=False, join_ratio=0.6, rounds=3, s=60)
+    cfg = small_cfg(algo=algo, shuffle=True, drop_last=False, join_ratio=0.6, rounds=3, s=60, device=device)
     sim_v, run_v = run_sim(cfg, ragged)
     sim_l, run_l = run_sim(cfg.replace(backend="loop"), ragged)
+    at = tol(device, 1e-5)
     for c in METRICS:
-        np.testing.assert_allclose(run_v.clients[c], run_l.clients[c], atol=1e-5, rtol=0, err_msg=c)
+        np.testing.assert_allclose(run_v.clients[c], run_l.clients[c], atol=at, rtol=0, err_msg=c)
     for n in sim_v.param_names:
-        torch.testing.assert_close(sim_v.local_params[n], sim_l.local_params[n], atol=1e-5, rtol=0)
-        torch.testing.assert_close(sim_v.global_params[n], sim_l.global_params[n], atol=1e-5, rtol=0)
+        torch.testing.assert_close(sim_v.local_params[n], sim_l.local_params[n], atol=at, rtol=0)
+        torch.testing.assert_close(sim_v.global_params[n], sim_l.global_params[n], atol=at, rtol=0)
     assert run_v.clients["selected"].tolist() == run_l.clients["selected"].tolist()
     if "ala" in algo:
-        torch.testing.assert_close(state_to_dict(sim_v.state), state_to_dict(sim_l.state), atol=1e-5, rtol=0)
+        torch.testing.assert_close(state_to_dict(sim_v.state), state_to_dict(sim_l.state), atol=at, rtol=0)
         pd.testing.assert_frame_equal(run_v.ala[["round", "client", "epoch"]], run_l.ala[["round", "client", "epoch"]])
-        np.testing.assert_allclose(run_v.ala["loss"], run_l.ala["loss"], atol=1e-5)
+        np.testing.assert_allclose(run_v.ala["loss"], run_l.ala["loss"], atol=at)
 
 
-def test_fedprox_with_mu_zero_is_fedavg_exactly(ragged):
-    _, a = run_sim(small_cfg(algo="fedavg"), ragged)
-    _, b = run_sim(small_cfg(algo="fedprox", mu=0.0), ragged)
+def test_fedprox_with_mu_zero_is_fedavg_exactly(ragged, device):
+    _, a = run_sim(small_cfg(algo="fedavg", device=device), ragged)
+    _, b = run_sim(small_cfg(algo="fedprox", mu=0.0, device=device), ragged)
     pd.testing.assert_frame_equal(a.clients[METRICS], b.clients[METRICS])
-    _, c = run_sim(small_cfg(algo="fedprox", mu=0.5), ragged)
+    _, c = run_sim(small_cfg(algo="fedprox", mu=0.5, device=device), ragged)
     assert not np.allclose(a.clients["trained_loss"], c.clients["trained_loss"], equal_nan=True)
 
 
-def test_same_seed_same_result_other_seed_other_result(ragged):
-    cfg = small_cfg(algo="fedala", shuffle=True, join_ratio=0.6)
+def test_same_seed_same_result_other_seed_other_result(ragged, device):
+    cfg = small_cfg(algo="fedala", shuffle=True, join_ratio=0.6, device=device)
     _, a = run_sim(cfg, ragged)
     _, b = run_sim(cfg, ragged)
     pd.testing.assert_frame_equal(a.clients.drop(columns="seconds"), b.clients.drop(columns="seconds"))
@@ -85,8 +86,8 @@ def test_eval_drop_last_restores_reference_counting(ragged):
     assert run.clients["test_num"].tolist() == [8, 4, 8, 4, 8]
 
 
-def test_resume_after_interruption_equals_uninterrupted(ragged, tmp_path):
-    cfg = small_cfg(algo="fedala", rounds=5, checkpoint_every=2, shuffle=True, join_ratio=0.6)
+def test_resume_after_interruption_equals_uninterrupted(ragged, tmp_path, device):
+    cfg = small_cfg(algo="fedala", rounds=5, checkpoint_every=2, shuffle=True, join_ratio=0.6, device=device)
     _, full = run_sim(cfg, ragged)
     ckpt = tmp_path / "ckpt.pt"
 

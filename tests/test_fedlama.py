@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import small_cfg
+from conftest import small_cfg, tol
 
 from fedala_lab.algorithms.base import draw_clients, state_to_dict
 from fedala_lab.algorithms.fedlama import assign_intervals, window_start
@@ -75,12 +75,12 @@ def test_interval_rule_matches_spec_and_a_worked_example():
 
 
 @pytest.mark.parametrize("backend", ["vectorised", "loop"])
-def test_phi_one_is_fedavg_with_tau0_steps(backend, ragged):
+def test_phi_one_is_fedavg_with_tau0_steps(backend, ragged, device):
     common = {"shuffle": True, "drop_last": False, "join_ratio": 0.6, "rounds": 4, "backend": backend}
-    sim_a, a = run_sim(small_cfg(algo="fedavg", local_steps=3, **common), ragged)
-    sim_l, b = run_sim(small_cfg(algo="fedlama", tau0=3, phi=1, **common), ragged)
+    sim_a, a = run_sim(small_cfg(device=device, algo="fedavg", local_steps=3, **common), ragged)
+    sim_l, b = run_sim(small_cfg(device=device, algo="fedlama", tau0=3, phi=1, **common), ragged)
     for c in METRICS:
-        np.testing.assert_allclose(a.clients[c], b.clients[c], atol=1e-6, rtol=0, err_msg=c)
+        np.testing.assert_allclose(a.clients[c], b.clients[c], atol=tol(device, 1e-6), rtol=0, err_msg=c)
     assert a.clients["selected"].tolist() == b.clients["selected"].tolist()
     assert_same_models(sim_a, sim_l)
     pd.testing.assert_series_equal(a.rounds["bytes_up"], b.rounds["bytes_up"])
@@ -90,16 +90,16 @@ def test_phi_one_is_fedavg_with_tau0_steps(backend, ragged):
     assert (b.tables["lama_adjust"]["interval"] == 3).all()
 
 
-def test_fedlama_ala_with_phi_one_is_fedala(ragged):
+def test_fedlama_ala_with_phi_one_is_fedala(ragged, device):
     common = {"shuffle": True, "join_ratio": 0.6, "rounds": 4, "s": 60}
-    sim_a, a = run_sim(small_cfg(algo="fedala", local_steps=3, **common), ragged)
-    sim_l, b = run_sim(small_cfg(algo="fedlama+ala", tau0=3, phi=1, **common), ragged)
+    sim_a, a = run_sim(small_cfg(device=device, algo="fedala", local_steps=3, **common), ragged)
+    sim_l, b = run_sim(small_cfg(device=device, algo="fedlama+ala", tau0=3, phi=1, **common), ragged)
     for c in METRICS:
-        np.testing.assert_allclose(a.clients[c], b.clients[c], atol=1e-6, rtol=0, err_msg=c)
+        np.testing.assert_allclose(a.clients[c], b.clients[c], atol=tol(device, 1e-6), rtol=0, err_msg=c)
     assert_same_models(sim_a, sim_l)
     ala_a, ala_l = state_to_dict(sim_a.state), state_to_dict(sim_l.state)  # FedLAMA's state is ALA's inner one
     ala_a.pop("inner"), ala_l.pop("inner")
-    torch.testing.assert_close(ala_a, ala_l, atol=1e-6, rtol=0)
+    torch.testing.assert_close(ala_a, ala_l, atol=tol(device, 1e-6), rtol=0)
     pd.testing.assert_frame_equal(a.ala, b.ala)
 
 
@@ -185,13 +185,13 @@ def test_discrepancy_is_the_weighted_mean_squared_distance_per_step_and_paramete
 
 
 @pytest.mark.parametrize("algo", ["fedlama", "fedlama+ala"])
-def test_vectorised_equals_loop_with_relaxed_layers(algo, ragged):
-    cfg = small_cfg(algo=algo, tau0=2, phi=2, rounds=5, join_ratio=0.6, shuffle=True, s=60)
+def test_vectorised_equals_loop_with_relaxed_layers(algo, ragged, device):
+    cfg = small_cfg(device=device, algo=algo, tau0=2, phi=2, rounds=5, join_ratio=0.6, shuffle=True, s=60)
     sim_v, v = run_sim(cfg, ragged)
     sim_l, lo = run_sim(cfg.replace(backend="loop"), ragged)
     for c in METRICS:
-        np.testing.assert_allclose(v.clients[c], lo.clients[c], atol=1e-5, rtol=0, err_msg=c)
-    assert_same_models(sim_v, sim_l, atol=1e-5)
+        np.testing.assert_allclose(v.clients[c], lo.clients[c], atol=tol(device, 1e-5), rtol=0, err_msg=c)
+    assert_same_models(sim_v, sim_l, atol=tol(device, 1e-5))
     pd.testing.assert_frame_equal(v.tables["lama_layers"].drop(columns="d"), lo.tables["lama_layers"].drop(columns="d"))
     np.testing.assert_allclose(v.tables["lama_layers"]["d"], lo.tables["lama_layers"]["d"], rtol=1e-3)
 

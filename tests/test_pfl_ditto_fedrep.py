@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import run_sim, small_cfg
+from conftest import run_sim, small_cfg, tol
 from pfl_oracles import batches, mean, module, sgd, state
 
 import fedala_lab as fl
@@ -22,31 +22,32 @@ def _params(sim):
 # -- Ditto ---------------------------------------------------------------------------------------------
 
 
-def test_one_ditto_round_is_its_paper(ragged):
-    cfg = small_cfg(**{**COMMON, "rounds": 1}, algo="ditto", ditto_lambda=0.5, ditto_epochs=2, backend="loop")
+def test_one_ditto_round_is_its_paper(ragged, device):
+    cfg = small_cfg(device=device, **{**COMMON, "rounds": 1}, algo="ditto", ditto_lambda=0.5, ditto_epochs=2, backend="loop")
     sim, _ = run_sim(cfg, ragged)
+    fed = sim.data  # the clients' data on the run's device
     g0 = state(sim.model)
     lr, lam = cfg.lr, cfg.ditto_lambda
     trained, personal = {}, {}
     for c in range(5):
-        data = batches(ragged, c, cfg.batch_size)
+        data = batches(fed, c, cfg.batch_size)
         if not data:
             continue
         # v_i ← SGD on F_i(v) + λ/2 ‖v − w‖² from v_i (= the initial model), w = G as received
-        v = sgd(module(sim.model, g0), batches(ragged, c, cfg.batch_size, epochs=2), lr,
+        v = sgd(module(sim.model, g0), batches(fed, c, cfg.batch_size, epochs=2), lr,
                 extra=lambda k, p: lam * (p - g0[k]))
         personal[c] = state(v)
         trained[c] = state(sgd(module(sim.model, g0), data, lr))  # w_i: FedAvg's local training
-    want = mean(trained, ragged.train_sizes)
+    want = mean(trained, fed.train_sizes)
     for k, v in want.items():
-        torch.testing.assert_close(sim.global_params[k], v, atol=1e-6, rtol=0)
+        torch.testing.assert_close(sim.global_params[k], v, atol=tol(device, 1e-6), rtol=0)
     for c, p in personal.items():
         for k, v in p.items():
-            torch.testing.assert_close(sim.state.params[k][c], v, atol=1e-6, rtol=0)
+            torch.testing.assert_close(sim.state.params[k][c], v, atol=tol(device, 1e-6), rtol=0)
 
 
-def test_ditto_with_lambda_zero_has_locals_models(ragged):
-    cfg = small_cfg(**{**COMMON, "rounds": 3}, shuffle=True)
+def test_ditto_with_lambda_zero_has_locals_models(ragged, device):
+    cfg = small_cfg(device=device, **{**COMMON, "rounds": 3}, shuffle=True)
     sim_d, d = run_sim(cfg.replace(algo="ditto", ditto_lambda=0.0), ragged)
     sim_l, loc = run_sim(cfg.replace(algo="local"), ragged)
     for k in sim_l.param_names:
@@ -56,36 +57,37 @@ def test_ditto_with_lambda_zero_has_locals_models(ragged):
 
 
 @pytest.mark.parametrize("algo", ["ditto", "fedrep"])
-def test_vectorised_equals_loop(algo, ragged):
-    cfg = small_cfg(algo=algo, **COMMON, shuffle=True, join_ratio=0.6, drop_last=False)
+def test_vectorised_equals_loop(algo, ragged, device):
+    cfg = small_cfg(device=device, algo=algo, **COMMON, shuffle=True, join_ratio=0.6, drop_last=False)
     sim_v, v = run_sim(cfg, ragged)
     sim_l, lo = run_sim(cfg.replace(backend="loop"), ragged)
-    np.testing.assert_allclose(v.clients["test_loss"], lo.clients["test_loss"], atol=1e-5)
+    np.testing.assert_allclose(v.clients["test_loss"], lo.clients["test_loss"], atol=tol(device, 1e-5))
     for k in sim_l.param_names:
-        torch.testing.assert_close(sim_v.local_params[k], sim_l.local_params[k], atol=1e-5, rtol=0)
+        torch.testing.assert_close(sim_v.local_params[k], sim_l.local_params[k], atol=tol(device, 1e-5), rtol=0)
 
 
 # -- FedRep --------------------------------------------------------------------------------------------
 
 
-def test_one_fedrep_round_is_its_paper(ragged):
-    cfg = small_cfg(algo="fedrep", fedrep_head_epochs=2, backend="loop", **{**COMMON, "rounds": 1})
+def test_one_fedrep_round_is_its_paper(ragged, device):
+    cfg = small_cfg(device=device, algo="fedrep", fedrep_head_epochs=2, backend="loop", **{**COMMON, "rounds": 1})
     sim, run = run_sim(cfg, ragged)
+    fed = sim.data  # the clients' data on the run's device
     g0 = state(sim.model)
     head = {"fc.weight", "fc.bias"}
     body = [k for k in g0 if k not in head]
     trained = {}
     for c in range(5):
-        data = batches(ragged, c, cfg.batch_size)
+        data = batches(fed, c, cfg.batch_size)
         if not data:
             continue
-        m = sgd(module(sim.model, g0), batches(ragged, c, cfg.batch_size, epochs=2), cfg.lr, trainable=head)
+        m = sgd(module(sim.model, g0), batches(fed, c, cfg.batch_size, epochs=2), cfg.lr, trainable=head)
         trained[c] = state(sgd(m, data, cfg.lr, trainable=set(body)))
         for k in head:  # each client keeps its own head
-            torch.testing.assert_close(sim.local_params[k][c], trained[c][k], atol=1e-6, rtol=0)
-    want = mean({c: {k: p[k] for k in body} for c, p in trained.items()}, ragged.train_sizes)
+            torch.testing.assert_close(sim.local_params[k][c], trained[c][k], atol=tol(device, 1e-6), rtol=0)
+    want = mean({c: {k: p[k] for k in body} for c, p in trained.items()}, fed.train_sizes)
     for k in body:
-        torch.testing.assert_close(sim.global_params[k], want[k], atol=1e-6, rtol=0)
+        torch.testing.assert_close(sim.global_params[k], want[k], atol=tol(device, 1e-6), rtol=0)
     for k in head:  # the server's head never moves: only the body is averaged and sent
         torch.testing.assert_close(sim.global_params[k], g0[k], atol=0, rtol=0)
     body_bytes = sim.setup.param_bytes(body)
@@ -107,9 +109,9 @@ class FrozenHead(fl.Algorithm):
         return rnd.send_global(clients, [n for n in rnd.param_names if not n.startswith("fc.")])
 
 
-def test_fedrep_without_head_epochs_is_fedavg_with_a_frozen_head(ragged):
+def test_fedrep_without_head_epochs_is_fedavg_with_a_frozen_head(ragged, device):
     fl.register_algorithm("frozen-head", FrozenHead, modifiers=())
-    cfg = small_cfg(**{**COMMON, "rounds": 3}, shuffle=True, join_ratio=0.6)
+    cfg = small_cfg(device=device, **{**COMMON, "rounds": 3}, shuffle=True, join_ratio=0.6)
     sim_r, r = run_sim(cfg.replace(algo="fedrep", fedrep_head_epochs=0), ragged)
     sim_f, f = run_sim(cfg.replace(algo="frozen-head"), ragged)
     for part in ("global_params", "local_params"):

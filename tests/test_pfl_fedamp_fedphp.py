@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import assert_same_run, run_sim, small_cfg
+from conftest import assert_same_run, run_sim, small_cfg, tol
 from pfl_oracles import accuracy, batches, descend, mean, module, sgd, state
 
 from fedala_lab.algorithms.ala import blend
@@ -32,14 +32,15 @@ def _correct(template, params_of, data, round_rows):
 # -- FedAMP --------------------------------------------------------------------------------------------
 
 
-def test_two_fedamp_rounds_are_its_paper(ragged):
-    cfg = small_cfg(**COMMON, algo="fedamp", fedamp_alpha=0.2, fedamp_sigma=2.0, fedamp_lambda=0.1, backend="loop")
+def test_two_fedamp_rounds_are_its_paper(ragged, device):
+    cfg = small_cfg(device=device, **COMMON, algo="fedamp", fedamp_alpha=0.2, fedamp_sigma=2.0, fedamp_lambda=0.1, backend="loop")
     sim, run = run_sim(cfg, ragged)
-    g0, n = state(sim.model), ragged.num_clients
+    fed = sim.data  # the clients' data on the run's device
+    g0, n = state(sim.model), fed.num_clients
     alpha, sigma, pull = cfg.fedamp_alpha, cfg.fedamp_sigma, cfg.fedamp_lambda / cfg.fedamp_alpha
 
     def train(c, u):  # from the model received, SGD on F_i(w) + (λ/(2α))‖w − u‖²
-        return state(sgd(module(sim.model, u), batches(ragged, c, cfg.batch_size), cfg.lr,
+        return state(sgd(module(sim.model, u), batches(fed, c, cfg.batch_size), cfg.lr,
                          extra=lambda k, p: pull * (p - u[k])))
 
     w = {c: train(c, g0) for c in range(n)}  # round 1: nothing uploaded yet, everyone gets the initial model
@@ -55,20 +56,20 @@ def test_two_fedamp_rounds_are_its_paper(ragged):
     for c in range(n):
         trained = train(c, cloud[c])  # round 2: from u_i, pulled towards it
         for k, v in cloud[c].items():
-            torch.testing.assert_close(sim.state.cloud[k][c], v, atol=1e-6, rtol=0)
-            torch.testing.assert_close(sim.state.models[k][c], trained[k], atol=1e-6, rtol=0)
-        np.testing.assert_allclose(run.arrays[f"fedamp_xi/{c}/xi"][-1], xi_rows[c], atol=1e-6)
+            torch.testing.assert_close(sim.state.cloud[k][c], v, atol=tol(device, 1e-6), rtol=0)
+            torch.testing.assert_close(sim.state.models[k][c], trained[k], atol=tol(device, 1e-6), rtol=0)
+        np.testing.assert_allclose(run.arrays[f"fedamp_xi/{c}/xi"][-1], xi_rows[c], atol=tol(device, 1e-6))
     # evaluated: the cloud model each client received, before its training
-    _correct(sim.model, cloud, ragged, run.clients[run.clients["round"] == 2].reset_index())
+    _correct(sim.model, cloud, fed, run.clients[run.clients["round"] == 2].reset_index())
     assert all(torch.equal(sim.global_params[k], v) for k, v in g0.items())  # no global model
     model_bytes = sim.setup.param_bytes()
     assert run.rounds["bytes_down"].tolist() == [n * model_bytes] * 2  # one model per client
     assert run.rounds["bytes_up"].tolist() == [n * model_bytes] * 2
 
 
-def test_fedamp_with_all_attention_on_itself_and_no_pull_is_local(ragged):
+def test_fedamp_with_all_attention_on_itself_and_no_pull_is_local(ragged, device):
     # α_K → 0 puts every weight on the client itself (ξ_ii = 1, u_i = w_i); λ = 0 removes the proximal pull
-    cfg = small_cfg(**{**COMMON, "rounds": 3}, shuffle=True, join_ratio=0.6)
+    cfg = small_cfg(device=device, **{**COMMON, "rounds": 3}, shuffle=True, join_ratio=0.6)
     sim_a, a = run_sim(cfg.replace(algo="fedamp", fedamp_alpha=1e-30, fedamp_lambda=0.0), ragged)
     sim_l, loc = run_sim(cfg.replace(algo="local"), ragged)
     for k in sim_l.param_names:
@@ -118,11 +119,12 @@ def _mmd(x, y):
     return torch.mean(k[0] + k[1] - 2 * k[2])
 
 
-def test_two_fedphp_rounds_are_its_paper(ragged):
-    cfg = small_cfg(**COMMON, algo="fedphp", fedphp_mu=0.6, fedphp_lambda=0.3, fedphp_ramp=2,
+def test_two_fedphp_rounds_are_its_paper(ragged, device):
+    cfg = small_cfg(device=device, **COMMON, algo="fedphp", fedphp_mu=0.6, fedphp_lambda=0.3, fedphp_ramp=2,
                     backend="loop")
     sim, run = run_sim(cfg, ragged)
-    g, n, lam = state(sim.model), ragged.num_clients, cfg.fedphp_lambda
+    fed = sim.data  # the clients' data on the run's device
+    g, n, lam = state(sim.model), fed.num_clients, cfg.fedphp_lambda
     h = {c: g for c in range(n)}  # the private models start as the initial model
 
     def body(m, x):  # the representation: every block below the top one
@@ -135,22 +137,22 @@ def test_two_fedphp_rounds_are_its_paper(ragged):
             def loss(m, x, y, p=private):
                 return (1 - lam) * F.cross_entropy(m(x), y) + lam * _mmd(body(m, x), body(p, x))
 
-            trained[c] = state(descend(module(sim.model, g), batches(ragged, c, cfg.batch_size), cfg.lr, loss))
-        _correct(sim.model, h, ragged, run.clients[run.clients["round"] == t].reset_index())  # evaluated: h_i
+            trained[c] = state(descend(module(sim.model, g), batches(fed, c, cfg.batch_size), cfg.lr, loss))
+        _correct(sim.model, h, fed, run.clients[run.clients["round"] == t].reset_index())  # evaluated: h_i
         mu = cfg.fedphp_mu * (t - 1) / cfg.fedphp_ramp
         h = {c: {k: mu * h[c][k] + (1 - mu) * trained[c][k] for k in g} for c in range(n)}
-        g = mean(trained, ragged.train_sizes)
+        g = mean(trained, fed.train_sizes)
     for k, v in g.items():
-        torch.testing.assert_close(sim.global_params[k], v, atol=1e-6, rtol=0)
+        torch.testing.assert_close(sim.global_params[k], v, atol=tol(device, 1e-6), rtol=0)
     for c in range(n):
         for k, v in h[c].items():
-            torch.testing.assert_close(sim.state.params[k][c], v, atol=1e-6, rtol=0)
+            torch.testing.assert_close(sim.state.params[k][c], v, atol=tol(device, 1e-6), rtol=0)
 
 
-def test_fedphp_at_the_fedavg_end_is_fedavg(ragged):
+def test_fedphp_at_the_fedavg_end_is_fedavg(ragged, device):
     # μ = 0: the private model is the trained model itself; λ = 0: no MMD term. On the loop backend: FedPHP's
     # step (a vmapped custom step on the vectorised one) and FedAvg's (a batched SGD step) round differently
-    cfg = small_cfg(**{**COMMON, "rounds": 3}, shuffle=True, join_ratio=0.6, backend="loop")
+    cfg = small_cfg(device=device, **{**COMMON, "rounds": 3}, shuffle=True, join_ratio=0.6, backend="loop")
     sim_p, p = run_sim(cfg.replace(algo="fedphp", fedphp_mu=0.0, fedphp_lambda=0.0), ragged)
     sim_f, f = run_sim(cfg.replace(algo="fedavg"), ragged)
     for part in ("global_params", "local_params"):
@@ -178,19 +180,19 @@ def test_ala_on_fedphp(ragged):
 
 
 @pytest.mark.parametrize("algo", ["fedamp", "fedphp"])
-def test_vectorised_equals_loop(algo, ragged):
-    cfg = small_cfg(algo=algo, **{**COMMON, "rounds": 3}, shuffle=True, join_ratio=0.6, drop_last=False,
+def test_vectorised_equals_loop(algo, ragged, device):
+    cfg = small_cfg(device=device, algo=algo, **{**COMMON, "rounds": 3}, shuffle=True, join_ratio=0.6, drop_last=False,
                     fedamp_alpha=0.2, fedphp_lambda=0.3, fedphp_mu=0.6, fedphp_ramp=2)
     sim_v, v = run_sim(cfg, ragged)
     sim_l, lo = run_sim(cfg.replace(backend="loop"), ragged)
-    np.testing.assert_allclose(v.clients["test_loss"], lo.clients["test_loss"], atol=1e-5)
+    np.testing.assert_allclose(v.clients["test_loss"], lo.clients["test_loss"], atol=tol(device, 1e-5))
     for k in sim_l.param_names:
-        torch.testing.assert_close(sim_v.local_params[k], sim_l.local_params[k], atol=1e-5, rtol=0)
+        torch.testing.assert_close(sim_v.local_params[k], sim_l.local_params[k], atol=tol(device, 1e-5), rtol=0)
 
 
 @pytest.mark.parametrize("algo", ["fedamp", "fedphp"])
-def test_resume_after_interruption_equals_uninterrupted(algo, ragged, tmp_path):
-    cfg = small_cfg(algo=algo, **{**COMMON, "rounds": 4}, checkpoint_every=2, shuffle=True, join_ratio=0.6)
+def test_resume_after_interruption_equals_uninterrupted(algo, ragged, tmp_path, device):
+    cfg = small_cfg(device=device, algo=algo, **{**COMMON, "rounds": 4}, checkpoint_every=2, shuffle=True, join_ratio=0.6)
     sim, full = run_sim(cfg, ragged)
     ckpt = tmp_path / "ckpt.pt"
     with pytest.raises(RunCancelled), warnings.catch_warnings():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import assert_same_run, run_sim, small_cfg
+from conftest import assert_same_run, run_sim, small_cfg, tol
 from pfl_oracles import batches, first_rows_batches, module, sgd, state
 
 import fedala_lab as fl
@@ -52,21 +52,22 @@ def test_fomo_weights_and_combination():
         torch.testing.assert_close(out[k], v.mean(0, keepdim=True).expand_as(v), atol=1e-6, rtol=0)
 
 
-def test_two_fedfomo_rounds_are_its_paper(ragged):
-    cfg = small_cfg(**COMMON, algo="fedfomo", fomo_m=4, backend="loop")
+def test_two_fedfomo_rounds_are_its_paper(ragged, device):
+    cfg = small_cfg(device=device, **COMMON, algo="fedfomo", fomo_m=4, backend="loop")
     sim, run = run_sim(cfg, ragged)
-    g0, lr, n = state(sim.model), cfg.lr, ragged.train_sizes
+    fed = sim.data  # the clients' data on the run's device
+    g0, lr, n = state(sim.model), cfg.lr, fed.train_sizes
     val = [int(0.2 * k) for k in n]  # the last ⌊0.2·n⌋ rows validate, the first ones train
 
     def val_loss(params, c):
-        x, y = ragged.client_train(c)
+        x, y = fed.client_train(c)
         return _ce(params, sim.model, x[len(y) - val[c]:], y[len(y) - val[c]:])
 
     def train(params, c):
-        return state(sgd(module(sim.model, params), first_rows_batches(ragged, c, cfg.batch_size, n[c] - val[c]), lr))
+        return state(sgd(module(sim.model, params), first_rows_batches(fed, c, cfg.batch_size, n[c] - val[c]), lr))
 
     first = {c: train(g0, c) for c in range(5)}  # round 1: nothing uploaded yet, nothing downloaded
-    affinity, final = torch.zeros(5, 5, dtype=torch.float64), {}
+    affinity, final = torch.zeros(5, 5, dtype=torch.float64, device=device), {}
     for c in range(5):  # round 2: every client downloads the 4 others' round-1 models
         own, others = first[c], [j for j in range(5) if j != c]
         w = {j: (val_loss(own, c) - val_loss(first[j], c)) / ((_flat(first[j]) - _flat(own)).norm().item() + 1e-5)
@@ -74,7 +75,7 @@ def test_two_fedfomo_rounds_are_its_paper(ragged):
         total = sum(max(v, 0) for v in w.values())
         combined = {k: v + sum(max(w[j], 0) / total * (first[j][k] - v) for j in others) if total > 0 else v
                     for k, v in own.items()}
-        x, y = ragged.client_test(c)  # evaluated: the combined model, before training
+        x, y = fed.client_test(c)  # evaluated: the combined model, before training
         np.testing.assert_allclose(run.clients.query("round == 2")["test_loss"].iloc[c],
                                    _ce(combined, sim.model, x, y), rtol=1e-5)
         final[c] = train(combined, c)
@@ -82,8 +83,8 @@ def test_two_fedfomo_rounds_are_its_paper(ragged):
             affinity[c, j] = w[j]
     for c, p in final.items():
         for k, v in p.items():
-            torch.testing.assert_close(sim.local_params[k][c], v, atol=1e-6, rtol=0)
-    torch.testing.assert_close(sim.state.affinity, affinity, rtol=1e-4, atol=1e-6)
+            torch.testing.assert_close(sim.local_params[k][c], v, atol=tol(device, 1e-6), rtol=0)
+    torch.testing.assert_close(sim.state.affinity, affinity, rtol=1e-4, atol=tol(device, 1e-6))
     model = sim.setup.param_bytes()
     assert run.rounds["bytes_down"].tolist() == [0, 5 * 4 * model]  # M models per client, from round 2
     assert run.rounds["bytes_up"].tolist() == [5 * model, 5 * model]
@@ -111,40 +112,41 @@ class FomoFedAvgWeights(fedfomo.FedFomo):
         return n[picked] / n.sum(), n[picked] / n.sum()
 
 
-def test_fedfomo_with_fedavg_weights_is_fedavg(ragged):
+def test_fedfomo_with_fedavg_weights_is_fedavg(ragged, device):
     # every client downloads all others and keeps the rest of the weight, n_i / Σ n, on its own model: its
     # combination is FedAvg's mean of the round's uploads, which is FedAvg's next global model
     fl.register_algorithm("fomo-fedavg", FomoFedAvgWeights, params=fedfomo.PARAMS, modifiers=())
-    cfg = small_cfg(**{**COMMON, "rounds": 3}, shuffle=True, fomo_m=4, fomo_val=0.0)
+    cfg = small_cfg(device=device, **{**COMMON, "rounds": 3}, shuffle=True, fomo_m=4, fomo_val=0.0)
     sim_f, f = run_sim(cfg.replace(algo="fomo-fedavg"), ragged)
     sim_a, a = run_sim(cfg.replace(algo="fedavg"), ragged)
     for k in sim_a.param_names:
-        torch.testing.assert_close(sim_f.local_params[k], sim_a.local_params[k], atol=1e-6, rtol=0)
+        torch.testing.assert_close(sim_f.local_params[k], sim_a.local_params[k], atol=tol(device, 1e-6), rtol=0)
     np.testing.assert_allclose(f.clients["test_loss"], a.clients["test_loss"], rtol=1e-5)
 
 
 # -- APPLE ---------------------------------------------------------------------------------------------
 
 
-def test_two_apple_rounds_are_its_paper(ragged):
-    cfg = small_cfg(**COMMON, algo="apple", apple_dr_lr=0.01, apple_mu=0.5, backend="loop")
+def test_two_apple_rounds_are_its_paper(ragged, device):
+    cfg = small_cfg(device=device, **COMMON, algo="apple", apple_dr_lr=0.01, apple_mu=0.5, backend="loop")
     sim, run = run_sim(cfg, ragged)
+    fed = sim.data  # the clients' data on the run's device
     names = sim.param_names
     lr, dr, mu = cfg.lr, cfg.apple_dr_lr, cfg.apple_mu
-    n = torch.as_tensor(ragged.train_sizes, dtype=torch.float32)
-    p, p0 = torch.full((5, 5), 0.2), n / n.sum()
+    n = torch.as_tensor(fed.train_sizes, dtype=torch.float32, device=device)
+    p, p0 = torch.full((5, 5), 0.2, device=device), n / n.sum()
     cores = {c: state(sim.model) for c in range(5)}
     for t, lam in ((1, 1.0), (2, 0.5)):  # λ(t) = (1 + cos(π(t − 1)/2))/2 over T = 2 rounds, L = 1
         if t == 2:  # evaluated: Σ_j p_ij θ_j, before training
             for c in range(5):
-                x, y = ragged.client_test(c)
+                x, y = fed.client_test(c)
                 mixed = {k: sum(p[c, j] * cores[j][k] for j in range(5)) for k in names}
                 np.testing.assert_allclose(run.clients.query("round == 2")["test_loss"].iloc[c],
                                            _ce(mixed, sim.model, x, y), rtol=1e-5)
         start, new = dict(cores), {}
         for c in range(5):
             own, pc = dict(start[c]), p[c].clone()
-            for xb, yb in batches(ragged, c, cfg.batch_size):
+            for xb, yb in batches(fed, c, cfg.batch_size):
                 mine = [own if j == c else start[j] for j in range(5)]
                 m = module(sim.model, {k: sum(pc[j] * mine[j][k] for j in range(5)) for k in names})
                 g = dict(zip(names, torch.autograd.grad(F.cross_entropy(m(xb), yb), list(m.parameters()))))
@@ -155,8 +157,8 @@ def test_two_apple_rounds_are_its_paper(ragged):
         cores = new
     for c in range(5):
         for k in names:
-            torch.testing.assert_close(sim.local_params[k][c], cores[c][k], atol=1e-6, rtol=0)
-    torch.testing.assert_close(sim.state.p, p, atol=1e-6, rtol=0)
+            torch.testing.assert_close(sim.local_params[k][c], cores[c][k], atol=tol(device, 1e-6), rtol=0)
+    torch.testing.assert_close(sim.state.p, p, atol=tol(device, 1e-6), rtol=0)
     model = sim.setup.param_bytes()
     assert run.rounds["bytes_down"].tolist() == [5 * 4 * model] * 2  # every client, the other N − 1 cores
     assert run.rounds["bytes_up"].tolist() == [5 * model] * 2
@@ -178,13 +180,13 @@ class AppleOnItself(apple.APPLE):
         return apple.AppleState(torch.eye(setup.num_clients, device=setup.device))
 
 
-def test_apple_with_p_on_itself_is_local(ragged):
+def test_apple_with_p_on_itself_is_local(ragged, device):
     fl.register_algorithm("apple-self", AppleOnItself, params=apple.PARAMS, modifiers=())
-    cfg = small_cfg(**{**COMMON, "rounds": 3}, shuffle=True, join_ratio=0.6)
+    cfg = small_cfg(device=device, **{**COMMON, "rounds": 3}, shuffle=True, join_ratio=0.6)
     sim_a, a = run_sim(cfg.replace(algo="apple-self", apple_dr_lr=0.0), ragged)
     sim_l, lo = run_sim(cfg.replace(algo="local"), ragged)
     for k in sim_l.param_names:
-        torch.testing.assert_close(sim_a.local_params[k], sim_l.local_params[k], atol=1e-6, rtol=0)
+        torch.testing.assert_close(sim_a.local_params[k], sim_l.local_params[k], atol=tol(device, 1e-6), rtol=0)
     np.testing.assert_allclose(a.clients["test_loss"], lo.clients["test_loss"], rtol=1e-5)
 
 
@@ -192,14 +194,14 @@ def test_apple_with_p_on_itself_is_local(ragged):
 
 
 @pytest.mark.parametrize("algo", ["fedfomo", "apple"])
-def test_vectorised_equals_loop(algo, ragged):
-    cfg = small_cfg(algo=algo, **{**COMMON, "rounds": 3}, shuffle=True, join_ratio=0.6, drop_last=False)
+def test_vectorised_equals_loop(algo, ragged, device):
+    cfg = small_cfg(device=device, algo=algo, **{**COMMON, "rounds": 3}, shuffle=True, join_ratio=0.6, drop_last=False)
     sim_v, v = run_sim(cfg, ragged)
     sim_l, lo = run_sim(cfg.replace(backend="loop"), ragged)
     assert sim_v.setup.backend.name == "vectorised"
-    np.testing.assert_allclose(v.clients["test_loss"], lo.clients["test_loss"], atol=1e-5)
+    np.testing.assert_allclose(v.clients["test_loss"], lo.clients["test_loss"], atol=tol(device, 1e-5))
     for k in sim_l.param_names:
-        torch.testing.assert_close(sim_v.local_params[k], sim_l.local_params[k], atol=1e-5, rtol=0)
+        torch.testing.assert_close(sim_v.local_params[k], sim_l.local_params[k], atol=tol(device, 1e-5), rtol=0)
 
 
 @pytest.mark.parametrize("algo", ["fedfomo", "apple"])
@@ -211,9 +213,9 @@ def test_no_ala_on_methods_that_download_many_models(algo):
 
 
 @pytest.mark.parametrize("algo", ["fedfomo", "apple"])
-def test_resume_equals_uninterrupted(algo, ragged, tmp_path):
+def test_resume_equals_uninterrupted(algo, ragged, tmp_path, device):
     # the state (FedFomo's server copies and affinities, APPLE's p) survives a checkpoint
-    cfg = small_cfg(algo=algo, **{**COMMON, "rounds": 4}, checkpoint_every=2, shuffle=True, join_ratio=0.6,
+    cfg = small_cfg(device=device, algo=algo, **{**COMMON, "rounds": 4}, checkpoint_every=2, shuffle=True, join_ratio=0.6,
                     fomo_m=2)
     sim_full, full = run_sim(cfg, ragged)
     ckpt = tmp_path / "ckpt.pt"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import assert_same_run, run_sim, small_cfg
+from conftest import assert_same_run, run_sim, small_cfg, tol
 from pfl_oracles import batches, client_test_loss, grads, mean, module, sgd, state
 from torch import nn
 
@@ -45,26 +45,27 @@ def _pairs(data, c, b):
     return list(zip(bs[0::2], bs[1::2]))
 
 
-def test_two_perfedavg_rounds_are_its_paper(ragged):
-    cfg = small_cfg(**COMMON, rounds=2, algo="perfedavg", perfedavg_beta=0.05, backend="loop")
+def test_two_perfedavg_rounds_are_its_paper(ragged, device):
+    cfg = small_cfg(device=device, **COMMON, rounds=2, algo="perfedavg", perfedavg_beta=0.05, backend="loop")
     sim, run = run_sim(cfg, ragged)
+    fed = sim.data  # the clients' data on the run's device
     alpha, beta = cfg.lr, cfg.perfedavg_beta
     g = state(sim.model)
     for t in (1, 2):
         # evaluated: each client's received model after one SGD step (lr α) on its first train batch
-        adapted = [sgd(module(sim.model, g), batches(ragged, c, cfg.batch_size)[:1], alpha) for c in CLIENTS]
-        np.testing.assert_allclose(_test_losses(run, t), [client_test_loss(m, ragged, c)
-                                                           for c, m in enumerate(adapted)], atol=1e-5)
+        adapted = [sgd(module(sim.model, g), batches(fed, c, cfg.batch_size)[:1], alpha) for c in CLIENTS]
+        np.testing.assert_allclose(_test_losses(run, t), [client_test_loss(m, fed, c)
+                                                           for c, m in enumerate(adapted)], atol=tol(device, 1e-5))
         trained = {}
         for c in CLIENTS:
             theta = dict(g)
-            for d, d2 in _pairs(ragged, c, cfg.batch_size):
+            for d, d2 in _pairs(fed, c, cfg.batch_size):
                 inner = sgd(module(sim.model, theta), [d], alpha)  # θ' = θ − α∇f(θ; D)
                 outer = grads(inner, *d2)  # ∇f(θ'; D'), the FO step's gradient, applied at θ
                 theta = {k: v - beta * outer[k] for k, v in theta.items()}
             trained[c] = theta
-        g = mean(trained, ragged.train_sizes)
-    _close(sim.global_params, g)
+        g = mean(trained, fed.train_sizes)
+    _close(sim.global_params, g, atol=tol(device, 1e-6))
     assert (run.rounds[["bytes_up", "bytes_down"]] == 5 * sim.setup.param_bytes()).all().all()  # whole models
 
 
@@ -93,38 +94,39 @@ def test_perfedavg_pairs_batches_within_each_pass():
 # -- pFedMe --------------------------------------------------------------------------------------------
 
 
-def test_two_pfedme_rounds_are_its_paper(ragged):
-    cfg = small_cfg(**COMMON, rounds=2, algo="pfedme", pfedme_lambda=3.0, pfedme_k=2, pfedme_plr=0.05,
+def test_two_pfedme_rounds_are_its_paper(ragged, device):
+    cfg = small_cfg(device=device, **COMMON, rounds=2, algo="pfedme", pfedme_lambda=3.0, pfedme_k=2, pfedme_plr=0.05,
                     pfedme_beta=0.5, backend="loop")
     sim, run = run_sim(cfg, ragged)
+    fed = sim.data  # the clients' data on the run's device
     lr, lam, plr, beta = cfg.lr, cfg.pfedme_lambda, cfg.pfedme_plr, cfg.pfedme_beta
     g, personal = state(sim.model), {c: state(sim.model) for c in CLIENTS}
     for t in (1, 2):
         # evaluated: each client's personal model θ_i as its last training left it
-        np.testing.assert_allclose(_test_losses(run, t), [client_test_loss(module(sim.model, personal[c]), ragged, c)
-                                                           for c in CLIENTS], atol=1e-5)
+        np.testing.assert_allclose(_test_losses(run, t), [client_test_loss(module(sim.model, personal[c]), fed, c)
+                                                           for c in CLIENTS], atol=tol(device, 1e-5))
         local = {}
         for c in CLIENTS:
             w, theta = dict(g), dict(g)  # θ starts from the model as received
-            for d in batches(ragged, c, cfg.batch_size):
+            for d in batches(fed, c, cfg.batch_size):
                 for _ in range(cfg.pfedme_k):  # K steps on h(θ; w, D) = f(θ; D) + λ/2 ‖θ − w‖²
                     theta = state(sgd(module(sim.model, theta), [d], plr, extra=lambda k, p, w=w: lam * (p - w[k])))
                 w = {k: w[k] - lr * lam * (w[k] - theta[k]) for k in w}  # Algorithm 1, line 8
             local[c], personal[c] = w, theta
-        avg = mean(local, ragged.train_sizes)
+        avg = mean(local, fed.train_sizes)
         g = {k: (1 - beta) * g[k] + beta * avg[k] for k in g}
-    _close(sim.global_params, g)
+    _close(sim.global_params, g, atol=tol(device, 1e-6))
     for c in CLIENTS:
-        _close(_row(sim.local_params, c), local[c])
-        _close(_row(sim.state.params, c), personal[c])
+        _close(_row(sim.local_params, c), local[c], atol=tol(device, 1e-6))
+        _close(_row(sim.state.params, c), personal[c], atol=tol(device, 1e-6))
     assert (run.rounds[["bytes_up", "bytes_down"]] == 5 * sim.setup.param_bytes()).all().all()  # θ_i stays home
 
 
-def test_pfedme_with_one_step_lr_lambda_one_and_beta_one_is_fedavg(ragged):
+def test_pfedme_with_one_step_lr_lambda_one_and_beta_one_is_fedavg(ragged, device):
     # K = 1 and lr·λ = 1: each batch starts θ at w, takes one plain SGD step (plr), and w becomes θ. Bit for
     # bit on the loop backend, where both run a client at a time (vectorised, pFedMe's step is vmapped and
     # FedAvg's batched: equal to float rounding)
-    cfg = small_cfg(**COMMON, rounds=3, shuffle=True, join_ratio=0.6, backend="loop")
+    cfg = small_cfg(device=device, **COMMON, rounds=3, shuffle=True, join_ratio=0.6, backend="loop")
     sim_p, _ = run_sim(cfg.replace(algo="pfedme", lr=0.5, pfedme_lambda=2.0, pfedme_k=1, pfedme_plr=0.1,
                                    pfedme_beta=1.0), ragged)
     sim_f, _ = run_sim(cfg.replace(algo="fedavg", lr=0.1), ragged)
@@ -133,8 +135,8 @@ def test_pfedme_with_one_step_lr_lambda_one_and_beta_one_is_fedavg(ragged):
             assert torch.equal(getattr(sim_p, part)[k], v), (part, k)
 
 
-def test_pfedme_resumes_with_its_personal_models(ragged, tmp_path):
-    cfg = small_cfg(**COMMON, rounds=3, algo="pfedme+ala", shuffle=True, join_ratio=0.6)
+def test_pfedme_resumes_with_its_personal_models(ragged, tmp_path, device):
+    cfg = small_cfg(device=device, **COMMON, rounds=3, algo="pfedme+ala", shuffle=True, join_ratio=0.6)
     full_sim, full = run_sim(cfg, ragged)
     ckpt = tmp_path / "ckpt.pt"
     with pytest.raises(RunCancelled):
@@ -147,21 +149,22 @@ def test_pfedme_resumes_with_its_personal_models(ragged, tmp_path):
 # -- PartialFed ----------------------------------------------------------------------------------------
 
 
-def test_two_partialfed_rounds_are_its_paper(ragged):
-    cfg = small_cfg(**COMMON, rounds=2, algo="partialfed", backend="loop")  # the top block (fc) stays local
+def test_two_partialfed_rounds_are_its_paper(ragged, device):
+    cfg = small_cfg(device=device, **COMMON, rounds=2, algo="partialfed", backend="loop")  # the top block (fc) stays local
     sim, run = run_sim(cfg, ragged)
+    fed = sim.data  # the clients' data on the run's device
     g0 = state(sim.model)
     top = {"fc.weight", "fc.bias"}
     g, own = dict(g0), {c: dict(g0) for c in CLIENTS}
     for _ in (1, 2):
         for c in CLIENTS:  # load G below the top block, keep the client's own top block; train everything
             start = {k: own[c][k] if k in top else g[k] for k in g}
-            own[c] = state(sgd(module(sim.model, start), batches(ragged, c, cfg.batch_size), cfg.lr))
-        avg = mean(own, ragged.train_sizes)
+            own[c] = state(sgd(module(sim.model, start), batches(fed, c, cfg.batch_size), cfg.lr))
+        avg = mean(own, fed.train_sizes)
         g = {k: g[k] if k in top else avg[k] for k in g}
-    _close(sim.global_params, g)
+    _close(sim.global_params, g, atol=tol(device, 1e-6))
     for c in CLIENTS:
-        _close(_row(sim.local_params, c), own[c])
+        _close(_row(sim.local_params, c), own[c], atol=tol(device, 1e-6))
     loaded = sim.setup.param_bytes([k for k in g0 if k not in top])
     assert (run.rounds["bytes_up"] == 5 * loaded).all() and (run.rounds["bytes_down"] == 5 * loaded).all()
 
@@ -185,13 +188,13 @@ def test_partialfed_keeps_batch_norm_local():
 
 
 @pytest.mark.parametrize("algo", ["perfedavg", "pfedme", "partialfed"])
-def test_vectorised_equals_loop(algo, ragged):
-    cfg = small_cfg(algo=algo, **COMMON, rounds=2, shuffle=True, join_ratio=0.6, drop_last=False)
+def test_vectorised_equals_loop(algo, ragged, device):
+    cfg = small_cfg(device=device, algo=algo, **COMMON, rounds=2, shuffle=True, join_ratio=0.6, drop_last=False)
     sim_v, v = run_sim(cfg, ragged)
     sim_l, lo = run_sim(cfg.replace(backend="loop"), ragged)
-    np.testing.assert_allclose(v.clients["test_loss"], lo.clients["test_loss"], atol=1e-5)
+    np.testing.assert_allclose(v.clients["test_loss"], lo.clients["test_loss"], atol=tol(device, 1e-5))
     for k in sim_l.param_names:
-        torch.testing.assert_close(sim_v.local_params[k], sim_l.local_params[k], atol=1e-5, rtol=0)
+        torch.testing.assert_close(sim_v.local_params[k], sim_l.local_params[k], atol=tol(device, 1e-5), rtol=0)
 
 
 @pytest.mark.parametrize("algo", ["perfedavg", "pfedme", "partialfed"])
