@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import torch
 from torch.func import functional_call, grad_and_value
 
-from ..compute.steps import weighted_ce
+from ..compute.steps import recipe_step, weighted_ce
 from ..params import Float, Param
 from .base import Aggregated, Algorithm, Round, Sent, Setup, Trained, Work
 from .registry import make_spec
@@ -105,7 +105,7 @@ class APPLE(Algorithm):
 
     def __init__(self, setup: Setup):
         super().__init__(setup)
-        self.step = make_apple_step(setup.model, setup.cfg.lr, setup.cfg.apple_dr_lr)
+        self.step = recipe_step(setup.model, make_apple_step, lr=setup.cfg.lr, lr_p=setup.cfg.apple_dr_lr)
 
     def init_state(self, setup: Setup) -> AppleState:
         n = setup.num_clients

@@ -142,7 +142,7 @@ class Setup:
         # forward passes of conv models in channels_last memory format (CPU; equal to float rounding only)
         self.channels_last = channels_last
         self._backends: dict[str, Any] = {}
-        # the run's backend: local SGD and evaluation (worker processes run SGD recipes only, the rest here)
+        # the run's backend: local training and evaluation (worker processes train steps with a recipe)
         self.backend = backend or self.backend_for(self.num_params)
         self._steps: dict[SGD, Callable] = {}
         self._plans: dict = {}
@@ -172,10 +172,14 @@ class Setup:
 
     def backend_for(self, num_params: int):
         """The backend for steps through ``num_params`` parameters: ``cfg.backend`` when set, else the size rule
-        of :func:`resolve_backend`. Worker processes train only SGD recipes (:attr:`backend`): for any other step
-        "workers" means the loop here."""
+        of :func:`resolve_backend`. "workers" is the run's worker processes (:attr:`backend`), which train steps
+        with a recipe (an SGD recipe, :func:`~fedala_lab.compute.steps.recipe_step`) and run any other step on
+        the loop here; without them (a Setup made without its backend) the loop."""
         name = resolve_backend(self.cfg.backend, self.device, num_params)
         if name == "workers":
+            own = getattr(self, "backend", None)  # unset while the Setup is being made
+            if own is not None and own.name == "workers":
+                return own
             name = "loop"
         if name not in self._backends:
             self._backends[name] = make_backend(name, self.chunk_clients if name == "vectorised" else None,

@@ -43,7 +43,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad_and_value
 
-from ..compute.steps import weighted_ce
+from ..compute.steps import recipe_step, weighted_ce
 from ..errors import ConfigError
 from ..models import BlockNet, top_block_start
 from ..params import Float, Int, Param
@@ -114,7 +114,8 @@ class FedPHP(Algorithm):
     def __init__(self, setup: Setup):
         super().__init__(setup)
         self.model = as_blocks(setup.model)
-        self.step = make_php_step(self.model, self.cfg.lr, self.cfg.fedphp_lambda, top_block_start(self.model, 1))
+        self.step = recipe_step(self.model, make_php_step, lr=self.cfg.lr, lam=self.cfg.fedphp_lambda,
+                                top=top_block_start(self.model, 1))
 
     def init_state(self, setup: Setup) -> FedPHPState:
         """Every private model the initial one."""

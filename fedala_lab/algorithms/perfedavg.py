@@ -29,7 +29,8 @@ client with no batch is evaluated unadapted. The loss recorded for a step is f_i
 
 With ``+ala``, ALA blends G into the client's model before local training (its local initialisation, as for
 FedAvg); the evaluated model is the blended one after its adaptation step. Runs on the loop and the
-vectorised backend (``Round.run_steps``); on a CPU with a large model the loop replaces worker processes.
+vectorised backend (``Round.run_steps``), and in worker processes on a CPU with a large model (its step is
+made by ``recipe_step``).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import torch
 
 from ..compute.backends import BatchPlan
 from ..compute.rng import PERFEDAVG_ADAPT
-from ..compute.steps import grad_and_loss
+from ..compute.steps import grad_and_loss, recipe_step
 from ..params import Float, Optional, Param
 from .base import Algorithm, Round, Setup, Trained, Work
 from .registry import make_spec
@@ -80,7 +81,7 @@ class PerFedAvg(Algorithm):
         super().__init__(setup)
         cfg = self.cfg
         beta = cfg.lr if cfg.perfedavg_beta is None else cfg.perfedavg_beta
-        self.step = make_perfedavg_step(setup.model, cfg.lr, beta, cfg.batch_size)
+        self.step = recipe_step(setup.model, make_perfedavg_step, alpha=cfg.lr, beta=beta, split=cfg.batch_size)
 
     def personalise(self, rnd: Round) -> dict:
         everyone = rnd.everyone

@@ -29,7 +29,8 @@ the authors', adds μ·θ to the personal gradient, μ = 0.001; Eq. 7 has no suc
 and evaluated (in PFLlib the personal parameters alias the model's, so after ``set_parameters`` it evaluates
 the received G); the server's mean is weighted by train samples (the paper: uniform over the sampled
 clients). The loss recorded for a batch is f_i(θ; D) at its first personal step. Runs on the loop and the
-vectorised backend (``Round.run_steps``).
+vectorised backend (``Round.run_steps``), and in worker processes on a CPU with a large model (its step is
+made by ``recipe_step``).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..compute.steps import grad_and_loss
+from ..compute.steps import grad_and_loss, recipe_step
 from ..params import Float, Int, Param
 from .base import Aggregated, Algorithm, Round, Setup, Trained, Work
 from .ditto import personal_models
@@ -83,8 +84,8 @@ class PFedMe(Algorithm):
     def __init__(self, setup: Setup):
         super().__init__(setup)
         cfg = self.cfg
-        self.step = make_pfedme_step(setup.model, lr=cfg.lr, plr=cfg.pfedme_plr, lam=cfg.pfedme_lambda,
-                                     k=cfg.pfedme_k)
+        self.step = recipe_step(setup.model, make_pfedme_step, lr=cfg.lr, plr=cfg.pfedme_plr,
+                                lam=cfg.pfedme_lambda, k=cfg.pfedme_k)
 
     def init_state(self, setup: Setup) -> PFedMeState:
         return PFedMeState(*personal_models(setup))

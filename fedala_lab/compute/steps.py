@@ -5,15 +5,18 @@ under ``vmap`` by the vectorised one. Parameters are plain tensors passed to ``f
 module's own parameters are never used.
 
 Local SGD is described by a :class:`SGD` value (learning rate, an extra objective term, which parameters
-train), so that worker processes (workers.py) can rebuild the same step from it: it pickles. Where the model
+train), so that worker processes (workers.py) can rebuild the same step from it: it pickles. Any other
+step an algorithm trains with (pFedMe's, Per-FedAvg's…) goes to the workers when made through a
+:class:`Recipe`: its factory and arguments, which pickle too. Where the model
 has a batched form (batched.py), a step also carries ``step.batched``: the same step for A clients at once,
 which the vectorised backend runs instead of ``vmap(step)``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +47,27 @@ class SGD:
     lr: float
     objective: Objective | None = None
     trainable: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a per-client step is made: ``factory(model, **kwargs)``. A module-level factory and plain values
+    pickle, so a worker process (workers.py) rebuilds the same step on its copy of the model and trains a
+    client with it, as the loop backend would here. Make steps with :func:`recipe_step`."""
+
+    factory: Callable[..., Callable]
+    kwargs: tuple[tuple[str, Any], ...] = ()
+
+    def build(self, model: torch.nn.Module) -> Callable:
+        step = self.factory(model, **dict(self.kwargs))
+        step.recipe = self
+        return step
+
+
+def recipe_step(model: torch.nn.Module, factory: Callable[..., Callable], **kwargs) -> Callable:
+    """``factory(model, **kwargs)``, remembering how it was made (``step.recipe``): a step that worker
+    processes can run (the loop's arithmetic, a client per process)."""
+    return Recipe(factory, tuple(sorted(kwargs.items()))).build(model)
 
 
 def weighted_ce(logits: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

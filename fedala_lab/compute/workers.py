@@ -18,15 +18,21 @@ process:
   (its slot and its batch-plan rows: a small message), longest first, to whichever worker is free, so
   a slow core only slows its share; losses and seconds come back per client, parameters in the slots.
 - A worker receives the model's architecture once per session (the module, pickled) and, with each
-  client, the call's SGD recipe (:class:`~fedala_lab.compute.steps.SGD`: lr, an objective term, which
-  parameters train; it pickles, so any algorithm's local SGD can run here: compute/ knows no algorithm). It
-  runs the recipe on an ``nn.Module`` in place with the math of
+  client, the call's recipe: an SGD recipe (:class:`~fedala_lab.compute.steps.SGD`: lr, an objective term,
+  which parameters train) or any step's :class:`~fedala_lab.compute.steps.Recipe` (its factory and
+  arguments: pFedMe's, Per-FedAvg's, APPLE's, FedPHP's steps). Both pickle, so any algorithm's local
+  training can run here: compute/ knows no algorithm. A step's recipe is rebuilt on the worker's copy of
+  the model and run for the client batch after batch, as the loop backend runs it (the same code and
+  arithmetic). An SGD recipe runs on an ``nn.Module`` in place with the math of
   :func:`~fedala_lab.compute.steps.make_sgd_step`: weighted cross-entropy over the batch's rows
   (:func:`~fedala_lab.compute.steps.weighted_ce`, so a partial last batch is exact), then
   θ ← θ − lr·(∇ℓ + objective's gradient) on the trainable parameters; no momentum, no weight decay.
-  Batch-norm buffers are each client's own (they live in the slots). A step that is not an SGD recipe, or a
+  Batch-norm buffers are each client's own (they live in the slots). A step made without a recipe, or a
   recipe or model whose class lives in ``__main__`` (a script's own, which a worker cannot import), runs in
   this process on the loop backend instead (``info()`` says so).
+- Workers keep the last few sessions (:data:`SESSIONS`): an algorithm whose calls alternate between two
+  layouts of carry and shared tensors (Per-FedAvg: an SGD step to evaluate, its own step to train) sets
+  each up once per run, not once per call.
 - With one core (or inside a daemonic process, which may not have children) the same trainer runs in
   this process.
 
@@ -37,9 +43,9 @@ FedAvg-C, FedLAMA, batch norm). Each client is trained by exactly one process in
 number of workers and the order they pick clients in never change a result. ``channels_last=True`` (for
 conv models) runs other convolution kernels: equal to float rounding only, like changing torch's threads.
 
-Only SGD recipes go to the workers; any other step (evaluation, ALA's weight learning, an algorithm's own
-steps) runs in this process on the loop backend, whose forward-only calls use a thread per worker
-(compute/parallel.py) while the workers wait.
+Only training goes to the workers; forward-only calls (evaluation, ALA's feature pass) and steps without a
+recipe (ALA's weight learning) run in this process on the loop backend, whose forward-only calls use a
+thread per worker (compute/parallel.py) while the workers wait.
 """
 
 from __future__ import annotations
@@ -59,9 +65,11 @@ import numpy as np
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from .backends import BatchPlan, LoopBackend
+from .backends import BatchPlan, LoopBackend, _write_back
 from .parallel import default_workers, main_not_rerun
-from .steps import SGD, weighted_ce
+from .steps import SGD, Recipe, weighted_ce
+
+SESSIONS = 4  # sessions a worker keeps (their shared memory stays mapped while kept)
 
 
 class WorkerError(RuntimeError):
@@ -134,18 +142,47 @@ class _Trainer:
         return losses
 
 
+class _StepRunner:
+    """A step rebuilt from its :class:`Recipe` on a copy of the model, run for one client batch after batch
+    exactly as :class:`~fedala_lab.compute.backends.LoopBackend` runs it (the same calls, in the same order)."""
+
+    def __init__(self, model: torch.nn.Module, recipe: Recipe):
+        model = copy.deepcopy(model)
+        model.train()
+        self.step = recipe.build(model)
+
+    def train_client(self, carry: dict, shared: dict, x: torch.Tensor, y: torch.Tensor, rows: np.ndarray,
+                     sizes: np.ndarray) -> np.ndarray:
+        """The client's steps from ``carry`` (its slot: written back in place); each step's aux, (K, m)."""
+        ci, aux = carry, []
+        with torch.enable_grad():
+            for k, s in enumerate(sizes):
+                idx = torch.from_numpy(rows[k, :s])
+                new, a = self.step(ci, shared, x[idx], y[idx], x.new_ones(int(s)))
+                if new:
+                    ci = {**ci, **new}  # a step returns only what it changed
+                aux.append(a.detach().to(torch.float64).reshape(-1).numpy())
+        with torch.no_grad():
+            _write_back(carry, ci, slice(None))
+        return np.stack(aux)
+
+
+def _runner(model, channels_last: bool, recipe: SGD | Recipe):
+    return _Trainer(model, recipe, channels_last) if isinstance(recipe, SGD) else _StepRunner(model, recipe)
+
+
 class _Session:
-    """A worker's view of one run: the model, the data and slots in shared memory, a trainer per recipe."""
+    """A worker's view of one run: the model, the data and slots in shared memory, a runner per recipe."""
 
     def __init__(self, model, channels_last, x, y, slots, shared):
         self.model, self.channels_last = model, channels_last
         self.x, self.y, self.slots, self.shared = x, y, slots, shared
-        self.trainers: dict[SGD, _Trainer] = {}
+        self.runners: dict = {}
 
-    def trainer(self, sgd: SGD) -> _Trainer:
-        if sgd not in self.trainers:
-            self.trainers[sgd] = _Trainer(self.model, sgd, self.channels_last)
-        return self.trainers[sgd]
+    def runner(self, recipe: SGD | Recipe):
+        if recipe not in self.runners:
+            self.runners[recipe] = _runner(self.model, self.channels_last, recipe)
+        return self.runners[recipe]
 
 
 def _slot(tree, i: int):
@@ -156,7 +193,7 @@ def _worker_main(conn) -> None:
     """A worker: set up sessions, train the clients it is sent, until None or its pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it closes the pool
     torch.set_num_threads(1)  # docs/design.md#performance: one thread per process
-    session = None
+    sessions: dict = {}  # token → _Session, oldest first
     while True:
         try:
             msg = conn.recv()
@@ -167,14 +204,16 @@ def _worker_main(conn) -> None:
         try:
             if msg[0] == "setup":
                 _, token, model, channels_last, x, y, slots, shared = msg
-                session = None  # drop the old session's shared memory before building the new one
-                session = _Session(model, channels_last, x, y, slots, shared)
+                while len(sessions) >= SESSIONS:  # drop the oldest's shared memory before mapping more
+                    sessions.pop(next(iter(sessions)))
+                sessions[token] = _Session(model, channels_last, x, y, slots, shared)
                 conn.send(("ready", token, os.getpid()))
             else:
-                _, i, rows, sizes, sgd = msg
+                _, token, i, rows, sizes, recipe = msg
+                session = sessions[token]
                 t0, c0 = time.perf_counter(), time.process_time()
-                losses = session.trainer(sgd).train_client(_slot(session.slots, i), session.shared, session.x,
-                                                           session.y, rows, sizes)
+                losses = session.runner(recipe).train_client(_slot(session.slots, i), session.shared, session.x,
+                                                             session.y, rows, sizes)
                 conn.send(("done", i, losses, time.perf_counter() - t0, time.process_time() - c0))
         except BaseException as err:  # noqa: BLE001 - every failure goes to the parent, which raises it
             _send_error(conn, err)
@@ -206,7 +245,7 @@ class WorkerPool:
         self.size = max(1, int(workers or default_workers()))
         self._procs: list = []
         self._conns: list = []
-        self._session = None  # token of the session the workers hold
+        self._sessions: list = []  # tokens of the sessions the workers hold, oldest first (as they keep them)
         self._closed = False
         self._finalizer = None
 
@@ -256,23 +295,24 @@ class WorkerPool:
     def setup(self, token, model: torch.nn.Module, channels_last: bool, x, y, slots, shared) -> None:
         """Hand every worker a session (the model, the data, slots) unless they hold this one already."""
         self.start()
-        if self._session == token:
+        if token in self._sessions:
             return
-        self._session = None
         msg = ("setup", token, model, channels_last, x, y, slots, shared)
+        del self._sessions[:max(0, len(self._sessions) + 1 - SESSIONS)]  # the workers drop the same oldest ones
         self._exchange([(conn, msg) for conn in self._conns], expect="ready")
-        self._session = token
+        self._sessions.append(token)
 
-    def train(self, jobs: list[tuple[int, np.ndarray, np.ndarray]], sgd: SGD) -> dict[int, tuple]:
-        """Train these (slot, rows, sizes) jobs by the recipe ``sgd``, in the given order, on whichever worker is
-        free. Returns {slot: (losses, wall seconds, CPU seconds, worker pid)}."""
+    def train(self, token, jobs: list[tuple[int, np.ndarray, np.ndarray]], recipe: SGD | Recipe) -> dict[int, tuple]:
+        """Train these (slot, rows, sizes) jobs of session ``token`` by ``recipe`` (an SGD recipe or a step's),
+        in the given order, on whichever worker is free. Returns {slot: (aux, wall seconds, CPU seconds,
+        worker pid)}; aux: the losses (K,) of an SGD recipe, a step's aux values (K, m)."""
         queue = deque(jobs)
         results: dict[int, tuple] = {}
 
         def feed(conn):
             if queue:
                 i, rows, sizes = queue.popleft()
-                return conn, ("train", i, rows, sizes, sgd)
+                return conn, ("train", token, i, rows, sizes, recipe)
             return None
 
         self._exchange([m for m in (feed(c) for c in self._conns) if m], expect="done", refill=feed,
@@ -351,7 +391,7 @@ def _context():
 def _while(msg) -> str:
     if msg is None:
         return ""
-    return " while setting up" if msg[0] == "setup" else f" while training the client in slot {msg[1]}"
+    return " while setting up" if msg[0] == "setup" else f" while training the client in slot {msg[2]}"
 
 
 def _shutdown(procs: list, conns: list, kill: bool = False) -> None:
@@ -393,8 +433,9 @@ def portable(obj) -> bool:
 
 
 class WorkerBackend:
-    """Runs SGD recipes (a step made by :func:`~fedala_lab.compute.steps.make_sgd_step`) in worker processes;
-    any other step on the loop, here.
+    """Runs training steps that carry a recipe in worker processes: SGD recipes (a step made by
+    :func:`~fedala_lab.compute.steps.make_sgd_step`) and steps made by
+    :func:`~fedala_lab.compute.steps.recipe_step`; anything else on the loop, here.
 
     ``model``: the architecture the workers train (pickled to them once per session); ``workers``: a number
     (None: :func:`default_workers`) or a shared :class:`WorkerPool`; ``capacity``: the most clients one call
@@ -419,12 +460,12 @@ class WorkerBackend:
         self.workers = 1 if self.in_process else size
         self.capacity = max(1, capacity)
         self._loop = LoopBackend(self.channels_last)  # evaluation and other forward passes here, in the same format
-        self._portable: dict[SGD, bool] = {}
+        self._portable: dict = {}  # recipe → whether a worker can rebuild it
         # per training call: wall seconds and each worker's CPU seconds (the busiest one is the critical
         # path on an otherwise idle machine; benchmarks/round_time.py reports it)
         self.calls: list[dict] = []
-        self._session = None  # this run's data, slots and shared tensors in shared memory (``_ready``)
-        self._trainers: dict[SGD, _Trainer] = {}  # in-process trainers, one per recipe
+        self._sessions: dict = {}  # layout → this run's data, slots and shared tensors in shared memory (``_ready``)
+        self._runners: dict = {}  # in-process runners, one per recipe
 
     def info(self) -> dict:
         """What run.meta["env"] records about this backend."""
@@ -442,19 +483,19 @@ class WorkerBackend:
         if self._pool is not None and self._own_pool:
             self._pool.close()
             self._pool = None
-        self._session = None
+        self._sessions = {}
 
-    def _sends(self, sgd: SGD | None) -> bool:
-        if sgd is None:
+    def _sends(self, recipe) -> bool:
+        if recipe is None:
             return False
-        if sgd not in self._portable:
-            self._portable[sgd] = portable(sgd)
-        return self._portable[sgd]
+        if recipe not in self._portable:
+            self._portable[recipe] = portable(recipe)
+        return self._portable[recipe]
 
     def run(self, step, carry: dict, shared: dict, plan: BatchPlan, x: torch.Tensor, y: torch.Tensor, *,
             train: bool, model: torch.nn.Module, aux_size: int = 1, timings: list | None = None):
-        sgd = getattr(step, "sgd", None)
-        if not (train and self._sends(sgd) and x.device.type == "cpu"):
+        recipe = getattr(step, "sgd", None) or getattr(step, "recipe", None)
+        if not (train and self._sends(recipe) and x.device.type == "cpu"):
             return self._loop.run(step, carry, shared, plan, x, y, train=train, model=model, aux_size=aux_size,
                                   timings=timings)
         a, k_max = plan.sizes.shape
@@ -466,27 +507,29 @@ class WorkerBackend:
         cpu: dict[int, float] = {}
         if self.in_process:
             out = tree_map(torch.Tensor.clone, carry)
-            if sgd not in self._trainers:
-                self._trainers[sgd] = _Trainer(self.model, sgd, self.channels_last)
-            trainer = self._trainers[sgd]
+            if recipe not in self._runners:
+                self._runners[recipe] = _runner(self.model, self.channels_last, recipe)
+            runner = self._runners[recipe]
             for i in range(a):
                 t0, c0 = time.perf_counter(), time.process_time()
                 n = int(n_steps[i])
                 if n:
-                    aux[i, :n, 0] = trainer.train_client(_slot(out, i), shared, x, y, rows[i, :n], plan.sizes[i, :n])
+                    got = runner.train_client(_slot(out, i), shared, x, y, rows[i, :n], plan.sizes[i, :n])
+                    aux[i, :n] = got.reshape(n, -1)
                 seconds[i] = time.perf_counter() - t0
                 cpu[os.getpid()] = cpu.get(os.getpid(), 0.0) + time.process_time() - c0
         else:
-            slots, glob = self._ready(carry, shared, x, y, a)
+            token, slots, glob = self._ready(carry, shared, x, y, a)
             for t, s in zip(tree_flatten(slots)[0], tree_flatten(carry)[0]):
                 t[:a].copy_(s)
             for t, s in zip(tree_flatten(glob)[0], tree_flatten(shared)[0]):
                 t.copy_(s)
             # longest first (then by position): a slow core only slows its share
             order = sorted((i for i in range(a) if n_steps[i]), key=lambda i: (-int(n_steps[i]), i))
-            done = self._pool.train([(i, rows[i, :n_steps[i]], plan.sizes[i, :n_steps[i]]) for i in order], sgd)
+            done = self._pool.train(token, [(i, rows[i, :n_steps[i]], plan.sizes[i, :n_steps[i]]) for i in order],
+                                    recipe)
             for i, (losses, sec, c, pid) in done.items():
-                aux[i, :len(losses), 0] = losses
+                aux[i, :len(losses)] = losses.reshape(len(losses), -1)
                 seconds[i] = sec
                 cpu[pid] = cpu.get(pid, 0.0) + c
             out = tree_map(lambda t: t[:a].clone(), slots)
@@ -497,24 +540,27 @@ class WorkerBackend:
         return out, aux
 
     def _ready(self, carry, shared, x, y, a: int):
-        """This run's session in shared memory (made once; again only for other data, more clients or
-        another ``shared`` layout), handed to the pool (started here when it is ours)."""
-        s = self._session
-        if (s is None or s["x"] is not x or s["y"] is not y or a > s["capacity"] or s["layout"] != _layout(shared)
-                or s["carry"] != _layout(carry, rows=True)):
+        """The session in shared memory for this layout of carry and shared tensors (made once per layout;
+        again only for other data or more clients), handed to the pool (started here when it is ours).
+        Returns (its token, its slots, its shared tensors)."""
+        key = (str(_layout(shared)), str(_layout(carry, rows=True)))
+        s = self._sessions.get(key)
+        if s is None or s["x"] is not x or s["y"] is not y or a > s["capacity"]:
             self.capacity = max(self.capacity, a)
             x.share_memory_()  # in place: the data are read-only during a run, and shared once
             y.share_memory_()
-            s = self._session = {
+            self._sessions.pop(key, None)
+            while len(self._sessions) >= SESSIONS:  # as many as the workers keep
+                self._sessions.pop(next(iter(self._sessions)))
+            s = self._sessions[key] = {
                 "token": (os.getpid(), next(_TOKENS)), "x": x, "y": y, "capacity": self.capacity,
                 "slots": tree_map(lambda t: t.new_empty((self.capacity, *t.shape[1:])).share_memory_(), carry),
                 "shared": tree_map(lambda t: t.detach().clone().share_memory_(), shared),
-                "layout": _layout(shared), "carry": _layout(carry, rows=True),
             }
         if self._pool is None or (self._own_pool and self._pool.closed):  # ours failed: start anew
             self._pool = WorkerPool(self.workers)
         self._pool.setup(s["token"], self.model, self.channels_last, x, y, s["slots"], s["shared"])
-        return s["slots"], s["shared"]
+        return s["token"], s["slots"], s["shared"]
 
 
 def _layout(tree, rows: bool = False) -> list:
