@@ -65,6 +65,21 @@ def test_workers_equal_loop_bit_for_bit(algo, drop_last, data, pool):
     assert run_w.clients.loc[~run_w.clients["selected"], "seconds"].isna().all()
 
 
+def test_alternating_layouts_are_set_up_once_per_run(data, pool, monkeypatch):
+    # Per-FedAvg adapts each client by an SGD step before evaluation (shared: G) and trains with its own step
+    # (shared: nothing): two layouts of shared memory, each handed to the workers once, not once per call
+    setups = []
+    real = pool._exchange
+
+    def counting(first, *, expect, **kw):
+        setups.append(expect)
+        return real(first, expect=expect, **kw)
+
+    monkeypatch.setattr(pool, "_exchange", counting)
+    run_sim(small_cfg(algo="perfedavg", rounds=3, backend="workers"), data, workers=pool)
+    assert setups.count("ready") == 2 and setups.count("done") == 6  # 3 rounds × (adapt, train)
+
+
 def tiny_bn_model():
     """A conv net with batch norm (what a worker trains: the model, plain SGD)."""
     torch.manual_seed(0)

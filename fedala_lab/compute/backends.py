@@ -157,7 +157,7 @@ class LoopBackend:
                 if new:
                     ci = {**ci, **new}  # a step returns only what it changed
                 aux[i, k] = a.detach().to(aux.dtype)
-            _write_back(out, ci, slice(i, i + 1), unsqueeze=True)
+            write_back(out, ci, slice(i, i + 1), unsqueeze=True)
             if timings is not None and x.device.type == "cuda":
                 torch.cuda.synchronize(x.device)
             return time.perf_counter() - t0
@@ -241,12 +241,12 @@ class VectorisedBackend:
                         if not self.auto_chunk or e - s <= 1:
                             raise
                         if saved is not None:
-                            _write_back(c["buffers"], saved, slice(s, e))
+                            write_back(c["buffers"], saved, slice(s, e))
                         self._shrink(e - s, x.device)
                         queue = deque(_split([(s, e, bs), *queue], self.chunk_clients))
                         continue
                     if new:
-                        _write_back(c, new, slice(s, e))
+                        write_back(c, new, slice(s, e))
                     aux[s:e, k] = out.detach().to(aux.dtype)
         inv = torch.empty_like(perm)
         inv[perm] = torch.arange(a, device=perm.device)
@@ -292,12 +292,13 @@ def _split(segments, chunk: int | None):
     return [(i, min(i + chunk, e), bs) for s, e, bs in segments for i in range(s, e, chunk)]
 
 
-def _write_back(dst: dict, src: dict, where: slice, unsqueeze: bool = False) -> None:
-    """Copy the (nested dict) carry ``src`` into rows ``where`` of ``dst``, key by key."""
+def write_back(dst: dict, src: dict, where: slice, unsqueeze: bool = False) -> None:
+    """Copy the (nested dict) carry ``src`` into rows ``where`` of ``dst``, key by key (a tensor that is already
+    there, updated in place, is left alone)."""
     for name, s_ in src.items():
         d = dst[name]
         if isinstance(s_, dict):
-            _write_back(d, s_, where, unsqueeze)
+            write_back(d, s_, where, unsqueeze)
             continue
         tgt = d[where]
         if tgt.data_ptr() != s_.data_ptr():  # BN buffers were already updated in place
@@ -318,4 +319,4 @@ def make_backend(name: str, chunk_clients: int | None = None, *, channels_last: 
     return VectorisedBackend(chunk_clients)
 
 
-__all__ = ["BatchPlan", "LoopBackend", "VectorisedBackend", "make_backend"]
+__all__ = ["BatchPlan", "LoopBackend", "VectorisedBackend", "make_backend", "write_back"]

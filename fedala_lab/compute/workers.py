@@ -65,7 +65,7 @@ import numpy as np
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from .backends import BatchPlan, LoopBackend, _write_back
+from .backends import BatchPlan, LoopBackend, write_back
 from .parallel import default_workers, main_not_rerun
 from .steps import SGD, Recipe, weighted_ce
 
@@ -163,7 +163,7 @@ class _StepRunner:
                     ci = {**ci, **new}  # a step returns only what it changed
                 aux.append(a.detach().to(torch.float64).reshape(-1).numpy())
         with torch.no_grad():
-            _write_back(carry, ci, slice(None))
+            write_back(carry, ci, slice(None))
         return np.stack(aux)
 
 
