@@ -62,6 +62,7 @@ def main(argv=None) -> int:
     ap.add_argument("--backend", default="vectorised", choices=["vectorised", "loop"])
     ap.add_argument("--warm", type=int, default=2, help="rounds before the profiled one")
     ap.add_argument("--timed", type=int, default=3, help="normal rounds timed after it, without the profiler")
+    ap.add_argument("--graphs", action="store_true", help="Simulation(graphs=True): steps replayed from CUDA graphs")
     ap.add_argument("--local-steps", type=int, default=20, help="SGD steps per round (default 20)")
     ap.add_argument("--s", type=float, default=5.0, help="ALA's window, %% of a client's rows (default 5)")
     ap.add_argument("--device", default="cuda", help="cuda (cpu: to try the script on a machine without one)")
@@ -76,7 +77,7 @@ def main(argv=None) -> int:
     cfg = preset(args.preset, device=args.device, rounds=rounds, checkpoint_every=0).replace(
         algo=args.algo, backend=args.backend, local_steps=args.local_steps, s=args.s)
     data = FederatedData.from_config(cfg.data, torch.device(args.device))
-    sim = Simulation(cfg, data)
+    sim = Simulation(cfg, data, graphs=args.graphs)
     t = 0
     for _ in range(args.warm):
         t += 1
@@ -117,7 +118,8 @@ def main(argv=None) -> int:
     by_cpu = sorted((e for e in ka if not _is_kernel(e)), key=lambda e: e.self_cpu_time_total, reverse=True)[:20]
     med = statistics.median(walls) if walls else float("nan")
     where = torch.cuda.get_device_name() if cuda else "CPU"
-    lines = [f"## GPU profile: {args.algo} on {args.preset}, {args.backend} — {where}", "",
+    how = args.backend + (" with CUDA graphs" if args.graphs else "")
+    lines = [f"## GPU profile: {args.algo} on {args.preset}, {how} — {where}", "",
              (f"torch {torch.__version__}; {cfg.data.num_clients} clients, batch {cfg.batch_size}, "
               f"{cfg.local_steps} SGD steps a round, ALA on s = {cfg.s:g} %, "
               f"record_train_loss={cfg.record_train_loss}; profiled round {args.warm + 1}; load average "

@@ -11,7 +11,8 @@ Backends: ``vectorised``, ``loop``, ``workers`` (cfg.backend set so: every step 
 backend existed: local training on the loop backend, ALA's small head-only steps vectorised),
 ``auto-workers-serial`` (local training in worker processes, evaluation and ALA's feature pass in one
 thread: before compute/parallel.py), ``auto-workers`` (now: those forward passes over a thread per core)
-and ``auto-workers-cl`` (with channels_last).
+and ``auto-workers-cl`` (with channels_last); ``vectorised-graphs``: the vectorised backend's steps
+from static buffers, CUDA graphs on a GPU (``Simulation(graphs=True)``, experimental).
 Defaults: teach compares vectorised and loop; mnist-dir0.1 on a CPU compares auto-loop (local training
 in this process), auto-workers-serial (in worker processes) and auto-workers (forward passes over threads
 too), with ``record_train_loss=False`` (the Fig. 5 passes are
@@ -50,7 +51,8 @@ HERE = Path(__file__).resolve().parent
 BACKENDS = {"vectorised": ("vectorised", {}), "loop": ("loop", {}), "workers": ("workers", {}),
             "auto-loop": ("auto", {"loop-training": True}),
             "auto-workers-serial": ("auto", {"serial-forward": True}), "auto-workers": ("auto", {}),
-            "auto-workers-cl": ("auto", {"channels_last": True})}
+            "auto-workers-cl": ("auto", {"channels_last": True}),
+            "vectorised-graphs": ("vectorised", {"graphs": True})}
 PHASES = ("init", "eval", "train", "aggregate")
 
 

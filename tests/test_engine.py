@@ -14,8 +14,8 @@ METRICS = ["test_acc", "test_loss", "train_loss", "init_loss", "trained_loss", "
 ALGOS = ["fedavg", "fedprox", "fedala", "fedprox+ala", "fedavg-c", "fedprox-c", "local"]
 
 
-def run_sim(cfg, data):
-    sim = Simulation(cfg, data)
+def run_sim(cfg, data, **kw):
+    sim = Simulation(cfg, data, **kw)
     run = sim.run(progress=False)
     return sim, run
 
@@ -37,6 +37,24 @@ def test_vectorised_equals_loop(algo, ragged, device):
         torch.testing.assert_close(state_to_dict(sim_v.state), state_to_dict(sim_l.state), atol=at, rtol=0)
         pd.testing.assert_frame_equal(run_v.ala[["round", "client", "epoch"]], run_l.ala[["round", "client", "epoch"]])
         np.testing.assert_allclose(run_v.ala["loss"], run_l.ala["loss"], atol=at)
+
+
+@pytest.mark.parametrize("algo", ["fedavg", "fedprox", "fedala", "ditto", "perfedavg", "fedlama+ala"])
+def test_static_steps_equal_the_plain_vectorised_backend_bit_for_bit(algo, ragged, device):
+    # graphs=True: local SGD, evaluation and ALA's steps from persistent static buffers, one per call shape
+    # (CUDA: captured once, replayed); the same kernels on the same values, so the same floats
+    from conftest import assert_same_run
+
+    kw = {"tau0": 2, "phi": 2, "local_steps": 2} if algo.startswith("fedlama") else {}
+    cfg = small_cfg(algo=algo, shuffle=True, drop_last=False, join_ratio=0.6, rounds=3, s=60, device=device,
+                    backend="vectorised", **kw)
+    sim_a, run_a = run_sim(cfg, ragged)
+    sim_b, run_b = run_sim(cfg, ragged, graphs=True)
+    static = [st for b in (sim_b.setup.backend, *sim_b.setup._backends.values()) for st in b._static.values()]
+    assert static and all(st.shapes for st in static)  # the steps did go through the static buffers
+    if device == "cuda":
+        assert all(g is not None for st in static for _, _, g, _ in st.shapes.values())  # graphs captured
+    assert_same_run(sim_a, run_a, sim_b, run_b)
 
 
 def test_fedprox_with_mu_zero_is_fedavg_exactly(ragged, device):

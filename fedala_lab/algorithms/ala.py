@@ -132,6 +132,7 @@ def make_ala_step(model: nn.Module, eta: float, head_start: int, loss=None):
         new_w = {n: torch.clamp(w[n] - eta * grads[n] * (glob[n] - local[n]), 0, 1) for n in w}
         return {"w": new_w}, value.reshape(1)
 
+    step.graphable = True  # no host sync, no data-dependent control flow (compute/backends.py, graphs)
     if loss is None and batched.batchable(model):
         step.batched = _batched_ala_step(model, eta, head_start)
     return step

@@ -130,7 +130,8 @@ class Setup:
     backends, the local SGD step). Built once per run by the engine."""
 
     def __init__(self, cfg, model: nn.Module, data: FederatedData, *, tracked: Sequence[int] = (),
-                 backend=None, chunk_clients: int | None = None, channels_last: bool = False):
+                 backend=None, chunk_clients: int | None = None, channels_last: bool = False,
+                 graphs: bool = False):
         self.cfg, self.model, self.data = cfg, model, data
         self.device = data.device
         self.param_names = [k for k, _ in model.named_parameters()]
@@ -141,6 +142,7 @@ class Setup:
         self.chunk_clients = chunk_clients
         # forward passes of conv models in channels_last memory format (CPU; equal to float rounding only)
         self.channels_last = channels_last
+        self.graphs = graphs  # vectorised steps from static buffers, CUDA graphs on a GPU (experimental)
         self._backends: dict[str, Any] = {}
         # the run's backend: local training and evaluation (worker processes train steps with a recipe)
         self.backend = backend or self.backend_for(self.num_params)
@@ -183,7 +185,7 @@ class Setup:
             name = "loop"
         if name not in self._backends:
             self._backends[name] = make_backend(name, self.chunk_clients if name == "vectorised" else None,
-                                                channels_last=self.channels_last)
+                                                channels_last=self.channels_last, graphs=self.graphs)
         return self._backends[name]
 
     def batches_per_epoch(self, n):

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch.func import vmap
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_flatten, tree_map
 
 from .parallel import forward_threads, thread_map
 
@@ -183,11 +183,18 @@ class VectorisedBackend:
     default) a CUDA out-of-memory error halves the chunk and retries the step; ``chunk_clients`` then
     keeps the reduced size, ``oom_retries`` counts the halvings. A chunk of one client that still does
     not fit re-raises the error.
+
+    ``graphs`` (experimental, off by default): steps that say they can (``step.graphable``: local SGD,
+    evaluation, ALA's weight learning) of models without batch norm run from static buffers, one per call
+    shape (clients of the call, batch width), that persist across calls: on CUDA each shape is captured
+    once as a CUDA graph and replayed, a launch per step instead of hundreds; on a CPU the same buffers
+    are called eagerly, which is how the bookkeeping is tested (it equals the plain path bit for bit).
+    No out-of-memory retry there. See :class:`_StaticSteps`.
     """
 
     name = "vectorised"
 
-    def __init__(self, chunk_clients: int | None = None, *, auto_chunk: bool = True):
+    def __init__(self, chunk_clients: int | None = None, *, auto_chunk: bool = True, graphs: bool = False):
         if chunk_clients is not None and (not isinstance(chunk_clients, int) or chunk_clients < 1):
             from ..errors import ConfigError
 
@@ -195,10 +202,15 @@ class VectorisedBackend:
         self.chunk_clients = chunk_clients
         self.auto_chunk = auto_chunk
         self.oom_retries = 0
+        self.graphs = graphs
+        self._static: dict = {}  # (step, layouts, clients) → _StaticSteps
 
     def run(self, step: Step, carry: dict, shared: dict, plan: BatchPlan, x: torch.Tensor, y: torch.Tensor,
             *, train: bool, model: torch.nn.Module, aux_size: int = 1, timings: list | None = None):
         model.train(train)
+        if (self.graphs and getattr(step, "graphable", False) and not _batch_dependent(model)
+                and all(torch.is_tensor(t) for t in tree_flatten((carry, shared))[0])):
+            return self._run_static(step, carry, shared, plan, x, y, train=train, aux_size=aux_size)
         a, k_max = plan.sizes.shape
         order = plan.vector_order()
         perm = torch.as_tensor(order, device=x.device)
@@ -253,6 +265,34 @@ class VectorisedBackend:
         aux_np = aux.index_select(0, inv).cpu().numpy()
         return tree_map(lambda t: t.index_select(0, inv), c), aux_np
 
+    def _run_static(self, step, carry, shared, plan, x, y, *, train: bool, aux_size: int):
+        """:meth:`run` through persistent static buffers (``graphs``): the same steps in the same order."""
+        a, k_max = plan.sizes.shape
+        order = plan.vector_order()
+        perm = torch.as_tensor(order, device=x.device)
+        key = (step, str(_layout(carry)), str(_layout(shared)), a)
+        st = self._static.get(key)
+        if st is None:
+            st = self._static[key] = _StaticSteps(step, carry, shared, x.device)
+        st.load(tree_map(lambda t: t.index_select(0, perm), carry), shared, x, y)
+        rows = plan.rows.index_select(0, perm)
+        sizes = plan.sizes[order]
+        aux = _aux_buffer(a, k_max, aux_size, x.device)
+        width = rows.shape[2]
+        mask = (torch.arange(width, device=x.device) < torch.as_tensor(sizes, device=x.device)[..., None])
+        mask = mask.to(x.dtype)
+        with torch.enable_grad() if train else torch.no_grad():
+            for k in range(k_max):
+                active = int((sizes[:, k] > 0).sum())
+                if not active:
+                    continue
+                bs = int(sizes[:active, k].max())
+                for s, e, b in _split([(0, active, bs)], self.chunk_clients):
+                    aux[s:e, k] = st.step(s, e, b, rows[s:e, k, :b], mask[s:e, k, :b]).to(aux.dtype)
+        inv = torch.empty_like(perm)
+        inv[perm] = torch.arange(a, device=perm.device)
+        return tree_map(lambda t: t.index_select(0, inv), st.carry), aux.index_select(0, inv).cpu().numpy()
+
     def _shrink(self, failed: int, device: torch.device) -> None:
         """After an out-of-memory error on ``failed`` clients: half as many per call from now on."""
         import warnings
@@ -263,6 +303,82 @@ class VectorisedBackend:
             torch.cuda.empty_cache()  # hand the failed call's cached blocks back before retrying
         warnings.warn(f"out of GPU memory with {failed} clients per vmap call; retrying with "
                       f"{self.chunk_clients} (set chunk_clients to start there)", stacklevel=3)
+
+
+class _StaticSteps:
+    """One step function's persistent buffers for the graphs mode of :class:`VectorisedBackend`.
+
+    The clients' carry (in vector order), what they share and the data live in buffers that keep their
+    addresses from call to call; a call copies its inputs in (:meth:`load`). Each call shape (clients
+    [s, e), batch width b) gets its own row-index and mask buffers and a function of them alone: on CUDA it
+    is warmed up twice on a scratch copy of the carry (so the clients' models do not move), captured as a
+    CUDA graph (capture records kernels without running them) and replayed from then on; elsewhere it is
+    called as it is. Replaying runs the kernels the eager step runs, on the same addresses: the same floats.
+    """
+
+    def __init__(self, step, carry, shared, device: torch.device):
+        self.vstep = getattr(step, "batched", None) or vmap(step, in_dims=(0, None, 0, 0, 0))
+        self.cuda = device.type == "cuda"
+        self.carry = tree_map(torch.empty_like, carry)
+        self.shared = tree_map(torch.empty_like, shared)
+        self.x = self.y = None
+        self._src = None  # (x, y, their versions) last copied in
+        self.shapes: dict[tuple[int, int, int], tuple] = {}
+
+    def load(self, carry, shared, x, y) -> None:
+        for dst, src in ((self.carry, carry), (self.shared, shared)):
+            for d, s_ in zip(tree_flatten(dst)[0], tree_flatten(src)[0]):
+                d.copy_(s_)
+        if self._src is None or self._src[0] is not x or self._src[1] is not y \
+                or self._src[2] != (x._version, y._version):
+            if self.x is None or self.x.shape != x.shape or self.y.shape != y.shape:
+                if self.shapes:  # new data addresses: every captured shape reads the old ones
+                    self.shapes.clear()
+                self.x, self.y = torch.empty_like(x), torch.empty_like(y)
+            self.x.copy_(x)
+            self.y.copy_(y)
+            self._src = (x, y, (x._version, y._version))
+
+    def _fn(self, carry, s: int, e: int, idx: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        new, out = self.vstep(tree_map(lambda t: t[s:e], carry), self.shared, self.x[idx], self.y[idx], mask)
+        if new:
+            write_back(carry, new, slice(s, e))
+        return out.detach()
+
+    def step(self, s: int, e: int, b: int, idx: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Clients [s, e) take their step on rows ``idx`` (e − s, b) weighted by ``mask``; their aux values."""
+        shape = self.shapes.get((s, e, b))
+        if shape is None:
+            shape = self.shapes[(s, e, b)] = self._build(s, e, idx.clone(), mask.clone())
+        idx_buf, mask_buf, graph, out = shape
+        idx_buf.copy_(idx)
+        mask_buf.copy_(mask)
+        if graph is None:
+            return self._fn(self.carry, s, e, idx_buf, mask_buf)
+        graph.replay()
+        return out  # static: read before this shape's next replay (the caller copies it at once)
+
+    def _build(self, s: int, e: int, idx: torch.Tensor, mask: torch.Tensor) -> tuple:
+        if not self.cuda:
+            return idx, mask, None, None
+        scratch = tree_map(torch.clone, self.carry)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # lazy initialisation (cuDNN, cuBLAS, autograd) before capture
+            for _ in range(2):
+                self._fn(scratch, s, e, idx, mask)
+        torch.cuda.current_stream().wait_stream(side)
+        del scratch
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = self._fn(self.carry, s, e, idx, mask)
+        return idx, mask, graph, out
+
+
+def _layout(tree) -> list:
+    """A tree's structure and its tensors' shapes and dtypes."""
+    leaves, spec = tree_flatten(tree)
+    return [str(spec), *[(tuple(t.shape), t.dtype) for t in leaves]]
 
 
 def _batch_dependent(model: torch.nn.Module) -> bool:
@@ -305,9 +421,11 @@ def write_back(dst: dict, src: dict, where: slice, unsqueeze: bool = False) -> N
             tgt.copy_(s_.unsqueeze(0) if unsqueeze else s_)
 
 
-def make_backend(name: str, chunk_clients: int | None = None, *, channels_last: bool = False):
-    """The backend called ``name``; ``chunk_clients`` caps clients per vmap call (vectorised only);
-    ``channels_last``: the loop's forward passes in that memory format."""
+def make_backend(name: str, chunk_clients: int | None = None, *, channels_last: bool = False,
+                 graphs: bool = False):
+    """The backend called ``name``; ``chunk_clients`` caps clients per vmap call and ``graphs`` replays steps
+    from static buffers (vectorised only); ``channels_last``: the loop's forward passes in that memory
+    format."""
     if name == "loop":
         if chunk_clients is not None:  # it would be ignored: say so rather than run something else
             from ..errors import ConfigError
@@ -316,7 +434,7 @@ def make_backend(name: str, chunk_clients: int | None = None, *, channels_last: 
                               "unset (None): the loop backend trains one client at a time",
                               "set backend='vectorised'; backend='auto' picks loop for large models on a CPU")
         return LoopBackend(channels_last)
-    return VectorisedBackend(chunk_clients)
+    return VectorisedBackend(chunk_clients, graphs=graphs)
 
 
 __all__ = ["BatchPlan", "LoopBackend", "VectorisedBackend", "make_backend", "write_back"]

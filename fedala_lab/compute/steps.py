@@ -107,6 +107,7 @@ def make_sgd_step(model: torch.nn.Module, sgd: SGD):
         return {"params": new}, loss.reshape(1)  # buffers (BN statistics) were updated in place
 
     step.sgd = sgd
+    step.graphable = True  # no host sync, no data-dependent control flow: capturable (backends.py)
     if batched_forms.batchable(model) and (sgd.objective is None or getattr(sgd.objective, "batched", False)):
         step.batched = _batched_sgd_step(model, sgd)
     return step
@@ -144,6 +145,7 @@ def make_eval_step(model: torch.nn.Module):
         return {}, torch.stack([loss, correct])
 
     step.rebind = make_eval_step  # the same step on a copy of the model, for threads (compute/parallel.py)
+    step.graphable = True
     if batched_forms.batchable(model):
         def batched(carry, shared, x, y, w):
             out = batched_forms.forward(model, carry["params"], x)

@@ -95,11 +95,15 @@ class Simulation:
     for the MNIST CNN on a CPU; equal to float rounding only, like changing threads); None (default): on when
     ``backend="auto"`` picks the workers for a conv model, off otherwise. The workers start at the first
     training call and stop when ``run()`` ends, or at :meth:`close`.
+
+    ``graphs`` (experimental): the vectorised backend runs local SGD, evaluation and ALA's steps from static
+    buffers, replayed from CUDA graphs on a GPU (compute/backends.py); on a CPU the same buffers run
+    eagerly and change nothing. Not yet validated on a GPU.
     """
 
     def __init__(self, cfg: RunConfig, data: FederatedData | None = None, *, model: nn.Module | None = None,
                  chunk_clients: int | None = None, workers: int | WorkerPool | None = None,
-                 channels_last: bool | None = None):
+                 channels_last: bool | None = None, graphs: bool = False):
         cfg = bind(cfg, data, model).check()
         self.cfg = cfg
         self.device = resolve_device(cfg.device)
@@ -113,10 +117,11 @@ class Simulation:
         if channels_last is None:
             channels_last = cfg.backend == "auto" and name == "workers" and any(
                 p.dim() == 4 for p in self.model.parameters())
-        backend = self._make_backend(name, chunk_clients, workers, channels_last)
+        backend = self._make_backend(name, chunk_clients, workers, channels_last, graphs)
         n = self.num_clients
         self.setup = Setup(cfg, self.model, self.data, tracked=cfg.clients_to("track_clients", n), backend=backend,
-                           chunk_clients=chunk_clients, channels_last=bool(channels_last) and name == "workers")
+                           chunk_clients=chunk_clients, channels_last=bool(channels_last) and name == "workers",
+                           graphs=graphs)
         self.algo = cfg.algorithm.build(self.setup)  # checks what it needs of the model (ALA's p…)
         self.untrained = self._check_local_work()
         self.dtype = next(self.model.parameters()).dtype
@@ -153,9 +158,9 @@ class Simulation:
         return Recorder(self.cfg.clients_to("track_clients", n), self.cfg.clients_to("snapshot_clients", n),
                         self.cfg.snapshot_from)
 
-    def _make_backend(self, name: str, chunk_clients, workers, channels_last):
+    def _make_backend(self, name: str, chunk_clients, workers, channels_last, graphs: bool = False):
         if name != "workers":
-            return make_backend(name, chunk_clients)
+            return make_backend(name, chunk_clients, graphs=graphs)
         if self.device.type != "cpu":
             raise ConfigError("backend", name, f"auto, loop or vectorised on a {self.device.type} device: the "
                               "worker processes train on the CPU")
