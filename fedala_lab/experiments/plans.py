@@ -378,10 +378,9 @@ class Plan:
 # of the MNIST CNN is 20 clients × 582,026 float32 parameters + the global model ≈ 49 MB (p = 2's W adds 42 MB);
 # the preset's run store holds ≈ 1.9 GB (kept states and client 4's snapshots).
 MNIST_ROUNDS = 15
-# The pFL comparison on MNIST (plan "mnist-pfl"): 15 methods and 7 with ALA, one seed, Dir(0.1) only. Its 22 runs
-# cost about 42 FedAvg runs: pFedMe's inner steps (and Ditto's second model, FedPHP, APPLE, Per-FedAvg) train in
-# the main process on one core, not in the worker processes. Sized for 90 minutes of a 2-core CPU, it took
-# 7,964 s at 5 rounds on 2026-11-27 on a host half as fast, partly shared (figures/mnist-pfl/README.md).
+# The pFL comparison on MNIST (plan "mnist-pfl"): 15 methods and 8 more with ALA, one seed, Dir(0.1) only. Sized
+# for 90 minutes of a 2-core CPU: at 5 rounds it took 5,361 s on 2026-11-27 (figures/mnist-pfl/README.md), every
+# method's training in the worker processes; pFedMe (K = 5 gradient steps a batch) is the longest run.
 MNIST_PFL_ROUNDS = 5
 PLAN_NAMES = ("quick", "mnist", "mnist-pfl", "paper")
 PLAN_NAMES_TEXT = "one of " + ", ".join(PLAN_NAMES)
