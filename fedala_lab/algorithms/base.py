@@ -145,7 +145,9 @@ class Setup:
         self.graphs = graphs  # vectorised steps from static buffers, CUDA graphs on a GPU (experimental)
         self._backends: dict[str, Any] = {}
         # the run's backend: local training and evaluation (worker processes train steps with a recipe)
-        self.backend = backend or self.backend_for(self.num_params)
+        self.backend = backend
+        if backend is None:
+            self.backend = self.backend_for(self.num_params)
         self._steps: dict[SGD, Callable] = {}
         self._plans: dict = {}
         self.eval_step = make_eval_step(model)
@@ -179,9 +181,8 @@ class Setup:
         the loop here; without them (a Setup made without its backend) the loop."""
         name = resolve_backend(self.cfg.backend, self.device, num_params)
         if name == "workers":
-            own = getattr(self, "backend", None)  # unset while the Setup is being made
-            if own is not None and own.name == "workers":
-                return own
+            if self.backend is not None and self.backend.name == "workers":
+                return self.backend
             name = "loop"
         if name not in self._backends:
             self._backends[name] = make_backend(name, self.chunk_clients if name == "vectorised" else None,

@@ -150,13 +150,10 @@ class LoopBackend:
             ci = tree_map(lambda t: t[i], out)  # views: in-place buffer updates land in `out`
             if cl:  # a forward pass only: a copy of the conv weights in that format, `out` untouched
                 ci = tree_map(nhwc, ci)
-            for k in range(int(plan.num_steps[i])):
-                idx = plan.rows[i, k, : plan.sizes[i, k]]
-                xb = nhwc(x[idx]) if cl else x[idx]
-                new, a = step(ci, shared, xb, y[idx], x.new_ones(len(idx)))
-                if new:
-                    ci = {**ci, **new}  # a step returns only what it changed
-                aux[i, k] = a.detach().to(aux.dtype)
+            batches = (plan.rows[i, k, : plan.sizes[i, k]] for k in range(int(plan.num_steps[i])))
+            ci, values = client_steps(step, ci, shared, x, y, batches, nhwc if cl else None)
+            for k, a in enumerate(values):
+                aux[i, k] = a.to(aux.dtype)
             write_back(out, ci, slice(i, i + 1), unsqueeze=True)
             if timings is not None and x.device.type == "cuda":
                 torch.cuda.synchronize(x.device)
@@ -174,6 +171,21 @@ class LoopBackend:
         if timings is not None:
             timings.extend(seconds)
         return out, aux.cpu().numpy()
+
+
+def client_steps(step: Step, carry: dict, shared: dict, x: torch.Tensor, y: torch.Tensor, batches,
+                 fmt=None) -> tuple[dict, list[torch.Tensor]]:
+    """One client's steps, batch after batch: ``batches`` yields the row indices of each; ``fmt`` formats a
+    batch of inputs (channels-last). Returns the client's carry after them and each step's aux values.
+    The loop backend and the worker processes (workers.py) both run a client through this."""
+    values = []
+    for idx in batches:
+        xb = x[idx] if fmt is None else fmt(x[idx])
+        new, a = step(carry, shared, xb, y[idx], x.new_ones(len(idx)))
+        if new:
+            carry = {**carry, **new}  # a step returns only what it changed
+        values.append(a.detach())
+    return carry, values
 
 
 class VectorisedBackend:
@@ -212,11 +224,8 @@ class VectorisedBackend:
                 and all(torch.is_tensor(t) for t in tree_flatten((carry, shared))[0])):
             return self._run_static(step, carry, shared, plan, x, y, train=train, aux_size=aux_size)
         a, k_max = plan.sizes.shape
-        order = plan.vector_order()
-        perm = torch.as_tensor(order, device=x.device)
+        perm, rows, sizes, mask = _vector_order(plan, x)
         c = tree_map(lambda t: t.index_select(0, perm), carry)  # a working copy in vector order
-        rows = plan.rows.index_select(0, perm)
-        sizes = plan.sizes[order]
         aux = _aux_buffer(a, k_max, aux_size, x.device)
         # a step with a batched form (batched.py) runs all the clients of a call in one pass, without vmap
         vstep = getattr(step, "batched", None) or vmap(step, in_dims=(0, None, 0, 0, 0))
@@ -226,9 +235,6 @@ class VectorisedBackend:
         # fails half-way must be undone before it is retried (only auto_chunk retries, and never one client)
         restore_buffers = (train and batch_dependent and self.auto_chunk and isinstance(c.get("buffers"), dict)
                            and bool(c["buffers"]))
-        width = rows.shape[2]
-        mask = (torch.arange(width, device=x.device) < torch.as_tensor(sizes, device=x.device)[..., None])
-        mask = mask.to(x.dtype)  # (A, K, B)
         grad_ctx = torch.enable_grad() if train else torch.no_grad()
         with grad_ctx:
             for k in range(k_max):
@@ -260,27 +266,20 @@ class VectorisedBackend:
                     if new:
                         write_back(c, new, slice(s, e))
                     aux[s:e, k] = out.detach().to(aux.dtype)
-        inv = torch.empty_like(perm)
-        inv[perm] = torch.arange(a, device=perm.device)
+        inv = _inverse(perm)
         aux_np = aux.index_select(0, inv).cpu().numpy()
         return tree_map(lambda t: t.index_select(0, inv), c), aux_np
 
     def _run_static(self, step, carry, shared, plan, x, y, *, train: bool, aux_size: int):
         """:meth:`run` through persistent static buffers (``graphs``): the same steps in the same order."""
         a, k_max = plan.sizes.shape
-        order = plan.vector_order()
-        perm = torch.as_tensor(order, device=x.device)
-        key = (step, str(_layout(carry)), str(_layout(shared)), a)
+        perm, rows, sizes, mask = _vector_order(plan, x)
+        key = (step, str(layout(carry)), str(layout(shared)), a)
         st = self._static.get(key)
         if st is None:
             st = self._static[key] = _StaticSteps(step, carry, shared, x.device)
-        st.load(tree_map(lambda t: t.index_select(0, perm), carry), shared, x, y)
-        rows = plan.rows.index_select(0, perm)
-        sizes = plan.sizes[order]
+        st.load(carry, perm, shared, x, y)
         aux = _aux_buffer(a, k_max, aux_size, x.device)
-        width = rows.shape[2]
-        mask = (torch.arange(width, device=x.device) < torch.as_tensor(sizes, device=x.device)[..., None])
-        mask = mask.to(x.dtype)
         with torch.enable_grad() if train else torch.no_grad():
             for k in range(k_max):
                 active = int((sizes[:, k] > 0).sum())
@@ -289,8 +288,7 @@ class VectorisedBackend:
                 bs = int(sizes[:active, k].max())
                 for s, e, b in _split([(0, active, bs)], self.chunk_clients):
                     aux[s:e, k] = st.step(s, e, b, rows[s:e, k, :b], mask[s:e, k, :b]).to(aux.dtype)
-        inv = torch.empty_like(perm)
-        inv[perm] = torch.arange(a, device=perm.device)
+        inv = _inverse(perm)
         return tree_map(lambda t: t.index_select(0, inv), st.carry), aux.index_select(0, inv).cpu().numpy()
 
     def _shrink(self, failed: int, device: torch.device) -> None:
@@ -325,10 +323,13 @@ class _StaticSteps:
         self._src = None  # (x, y, their versions) last copied in
         self.shapes: dict[tuple[int, int, int], tuple] = {}
 
-    def load(self, carry, shared, x, y) -> None:
-        for dst, src in ((self.carry, carry), (self.shared, shared)):
-            for d, s_ in zip(tree_flatten(dst)[0], tree_flatten(src)[0]):
-                d.copy_(s_)
+    def load(self, carry, perm: torch.Tensor, shared, x, y) -> None:
+        """Copy a call's inputs in: ``carry`` permuted by ``perm`` (vector order), ``shared``, and the data
+        when they are other tensors than last time or were changed since."""
+        for d, s_ in zip(tree_flatten(self.carry)[0], tree_flatten(carry)[0]):
+            torch.index_select(s_, 0, perm, out=d)
+        for d, s_ in zip(tree_flatten(self.shared)[0], tree_flatten(shared)[0]):
+            d.copy_(s_)
         if self._src is None or self._src[0] is not x or self._src[1] is not y \
                 or self._src[2] != (x._version, y._version):
             if self.x is None or self.x.shape != x.shape or self.y.shape != y.shape:
@@ -375,10 +376,27 @@ class _StaticSteps:
         return idx, mask, graph, out
 
 
-def _layout(tree) -> list:
-    """A tree's structure and its tensors' shapes and dtypes."""
+def layout(tree, rows: bool = False) -> list:
+    """A tree's structure and its tensors' shapes and dtypes (``rows``: per row, the leading dimension aside):
+    what buffers made for one tree must match to take another."""
     leaves, spec = tree_flatten(tree)
-    return [str(spec), *[(tuple(t.shape), t.dtype) for t in leaves]]
+    return [str(spec), *[(tuple(t.shape[1:] if rows else t.shape), t.dtype) for t in leaves]]
+
+
+def _vector_order(plan: BatchPlan, x: torch.Tensor):
+    """``plan`` in vector order: (the permutation, its rows, its sizes, the 0/1 row weights (A, K, B))."""
+    order = plan.vector_order()
+    perm = torch.as_tensor(order, device=x.device)
+    rows = plan.rows.index_select(0, perm)
+    sizes = plan.sizes[order]
+    mask = torch.arange(rows.shape[2], device=x.device) < torch.as_tensor(sizes, device=x.device)[..., None]
+    return perm, rows, sizes, mask.to(x.dtype)
+
+
+def _inverse(perm: torch.Tensor) -> torch.Tensor:
+    inv = torch.empty_like(perm)
+    inv[perm] = torch.arange(len(perm), device=perm.device)
+    return inv
 
 
 def _batch_dependent(model: torch.nn.Module) -> bool:
@@ -437,4 +455,4 @@ def make_backend(name: str, chunk_clients: int | None = None, *, channels_last: 
     return VectorisedBackend(chunk_clients, graphs=graphs)
 
 
-__all__ = ["BatchPlan", "LoopBackend", "VectorisedBackend", "make_backend", "write_back"]
+__all__ = ["BatchPlan", "LoopBackend", "VectorisedBackend", "client_steps", "layout", "make_backend", "write_back"]

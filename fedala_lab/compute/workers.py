@@ -65,7 +65,7 @@ import numpy as np
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from .backends import BatchPlan, LoopBackend, write_back
+from .backends import BatchPlan, LoopBackend, client_steps, layout, write_back
 from .parallel import default_workers, main_not_rerun
 from .steps import SGD, Recipe, weighted_ce
 
@@ -154,17 +154,12 @@ class _StepRunner:
     def train_client(self, carry: dict, shared: dict, x: torch.Tensor, y: torch.Tensor, rows: np.ndarray,
                      sizes: np.ndarray) -> np.ndarray:
         """The client's steps from ``carry`` (its slot: written back in place); each step's aux, (K, m)."""
-        ci, aux = carry, []
+        batches = (torch.from_numpy(rows[k, :s]) for k, s in enumerate(sizes))
         with torch.enable_grad():
-            for k, s in enumerate(sizes):
-                idx = torch.from_numpy(rows[k, :s])
-                new, a = self.step(ci, shared, x[idx], y[idx], x.new_ones(int(s)))
-                if new:
-                    ci = {**ci, **new}  # a step returns only what it changed
-                aux.append(a.detach().to(torch.float64).reshape(-1).numpy())
+            ci, values = client_steps(self.step, carry, shared, x, y, batches)
         with torch.no_grad():
             write_back(carry, ci, slice(None))
-        return np.stack(aux)
+        return np.stack([a.to(torch.float64).reshape(-1).numpy() for a in values])
 
 
 def _runner(model, channels_last: bool, recipe: SGD | Recipe):
@@ -543,7 +538,7 @@ class WorkerBackend:
         """The session in shared memory for this layout of carry and shared tensors (made once per layout;
         again only for other data or more clients), handed to the pool (started here when it is ours).
         Returns (its token, its slots, its shared tensors)."""
-        key = (str(_layout(shared)), str(_layout(carry, rows=True)))
+        key = (str(layout(shared)), str(layout(carry, rows=True)))
         s = self._sessions.get(key)
         if s is None or s["x"] is not x or s["y"] is not y or a > s["capacity"]:
             self.capacity = max(self.capacity, a)
@@ -561,12 +556,6 @@ class WorkerBackend:
             self._pool = WorkerPool(self.workers)
         self._pool.setup(s["token"], self.model, self.channels_last, x, y, s["slots"], s["shared"])
         return s["token"], s["slots"], s["shared"]
-
-
-def _layout(tree, rows: bool = False) -> list:
-    """A tree's structure and its tensors' shapes and dtypes (``rows``: per row, the leading dimension aside)."""
-    leaves, spec = tree_flatten(tree)
-    return [str(spec), *[(tuple(t.shape[1:] if rows else t.shape), t.dtype) for t in leaves]]
 
 
 __all__ = ["WorkerBackend", "WorkerError", "WorkerPool", "portable"]
