@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -309,6 +310,35 @@ def test_applicability_gain(runs):
     assert t.frame_.loc["FedProx", "gain"] == f"{gain:+.2f}"
 
 
+def test_cost_table_counts_the_methods_work_without_evaluation(runs):
+    """Table 3 compares methods by their own work: a run that records more (Fig. 5's train-split losses)
+    spends more on evaluation, which must not make its method look slower."""
+    import dataclasses
+
+    from fedala_lab.analysis.tables import cost_table
+    from fedala_lab.figures import AccuracyTable
+
+    def timed(run, eval_s):  # the recorded run with phase times set by hand: round 2 has ALA's start phase
+        rd = run.rounds.copy()
+        ala = run.config.algo == "fedala"
+        rd["init_seconds"] = np.where(rd["round"] == 2, 5.0, 1.0) if ala else 0.0
+        rd["train_seconds"], rd["aggregate_seconds"], rd["eval_seconds"] = 2.0, 0.5, eval_s
+        rd["seconds"] = rd[["init_seconds", "train_seconds", "aggregate_seconds", "eval_seconds"]].sum(axis=1) + 0.1
+        return dataclasses.replace(run, rounds=rd)
+
+    # FedAvg records the train-split losses (10 s of evaluation a round), FedProx does not (1 s)
+    sel = [timed(runs["fedavg", 0], 10.0), timed(runs["fedprox", 0], 1.0), timed(runs["fedala", 0], 10.0)]
+    t = cost_table(sel).set_index("algo")
+    assert t.loc["fedavg", "method_seconds"] == t.loc["fedprox", "method_seconds"] == pytest.approx(2.5)
+    assert t.loc["fedala", "method_seconds"] == pytest.approx(3.5)
+    assert t.loc["fedavg", "seconds"] == pytest.approx(12.6) and t.loc["fedprox", "seconds"] == pytest.approx(3.6)
+    assert t.loc["fedala", "start_phase_seconds"] == pytest.approx(4.0)
+    assert t.loc["fedavg", "start_phase_seconds"] == pytest.approx(0.0)
+    table = AccuracyTable.from_costs(sel, plot=False).frame_
+    assert list(table["method s / round"]) == ["2.500", "2.500", "3.500"]
+    assert list(table["eval s"]) == ["10.000", "1.000", "10.000"]
+
+
 def test_seed_table_pairs_runs_by_seed_and_reports_the_client_spread(runs):
     from fedala_lab.analysis.tables import final_spread, format_seed_table, seed_table
     from fedala_lab.errors import ConfigError
@@ -441,7 +471,7 @@ def test_describe_configs_names_what_differs():
     assert describe_configs([base], base, "teach") == 'preset("teach")'
 
 
-def test_figures_command_end_to_end(tmp_path, capsys):
+def test_figures_command_end_to_end(tmp_path, capsys, monkeypatch):
     """All figures of the quick preset, scaled down (3 rounds, 1 seed), then again from the store."""
     from fedala_lab.cli import main
     from fedala_lab.reproduce import FIGURES
@@ -473,12 +503,18 @@ def test_figures_command_end_to_end(tmp_path, capsys):
     assert sorted(table4["base"]) == sorted(["fedavg", "fedprox", "perfedavg", "fedrep", "pfedme", "ditto", "fedamp",
                                              "fedphp", "partialfed"])
     capsys.readouterr()
+    env = json.loads((out / "index.json").read_text())["environment"]
+    env_line = next(line for line in readme.splitlines() if line.startswith("Preset:"))
+    monkeypatch.setattr("fedala_lab.reproduce.driver._environment", lambda: {"platform": "another machine"})
     assert main(args[:1] + ["--only", "fig3,table6"] + args[1:]) == 0  # cached: nothing recomputed
     printed = capsys.readouterr().out
     assert "fig3" in printed and "0 runs computed" in printed and "table2" not in printed.split("\n")[0]
     index2 = pd.read_json(out / "index.json", typ="series")["figures"]
     assert set(index2) == set(FIGURES)  # the other figures' entries are kept
     assert index2["fig3"]["runs_computed"] == 0
+    # a redraw keeps the machine and load of the call that computed the runs (their times are its)
+    assert json.loads((out / "index.json").read_text())["environment"] == env
+    assert env_line in (out / "README.md").read_text()
 
 
 def test_plans_name_the_papers_comparison():

@@ -358,7 +358,8 @@ class Plan:
 
 # The MNIST plan's round budget on a 2-core CPU (docs/design.md#loss-surface), with the CPU worker backend and
 # forward passes over threads (docs/design.md#performance). Measured from an empty store on one quiet 2-core
-# machine (2026-11-25, `fedala-lab figures --preset mnist`: 3,465 s in all), seconds a round: FedAvg ≈ 15,
+# machine (2026-11-25, `fedala-lab figures --preset mnist`: 3,465 s in all; 4,138 s on a slower host on
+# 2026-11-27, figures/mnist/README.md), seconds a round: FedAvg ≈ 15,
 # FedProx ≈ 16, FedAvg-C ≈ 29 (one more epoch of every client before evaluating), FedALA ≈ 19 (+ ≈ 6 for
 # ALA's start phase in round 2), + ≈ 9 for a round that records the train-split losses (Fig. 5).
 # R = 15 rounds, one seed:

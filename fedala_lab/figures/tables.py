@@ -82,11 +82,11 @@ class AccuracyTable(Display):
     @classmethod
     def from_costs(cls, runs, *, title: str | None = None, ax=None, plot: bool = True):
         """Computation and communication per round of each method (the paper's Table 3), measured: seconds of
-        a normal round and its phases, the ALA start phase's extra time, and the models a client sends up and
-        receives per round (Σ = one model), beside the paper's notation."""
+        the method's work in a normal round and its phases, evaluation apart, the ALA start phase's extra time,
+        and the models a client sends up and receives per round (Σ = one model), beside the paper's notation."""
         stats = cost_table(runs)
         frame = pd.DataFrame({
-            "s / round": [f"{v:.3f}" for v in stats["seconds"]],
+            "method s / round": [f"{v:.3f}" for v in stats["method_seconds"]],
             "local init s": [f"{v:.3f}" for v in stats["init_seconds"]],
             "train s": [f"{v:.3f}" for v in stats["train_seconds"]],
             "eval s": [f"{v:.3f}" for v in stats["eval_seconds"]],
@@ -95,7 +95,10 @@ class AccuracyTable(Display):
             "down (Σ)": [f"{v:.3f}" for v in stats["down"]],
             "paper": list(stats["formula"]),
         }, index=pd.Index(list(stats["label"]), name="method"))
-        cap = ("Per round, mean over runs (seconds: rounds 3 on; the start phase: round 2's extra time). Up: "
+        cap = ("Per round, mean over runs (seconds: rounds 3 on; the start phase: round 2's extra time). Method: "
+               "local initialisation + training + aggregation. Evaluation apart: it holds what a method does to "
+               "its models before they are evaluated (FedAvg-C's fine-tuning epoch, Per-FedAvg's step) and, in "
+               "runs that record them, Fig. 5's two passes over the training data. Up: "
                "models a client that trained sent; down: models a client received, over all clients; Σ = one "
                "model's bytes. Wall-clock seconds depend on the machine and its load.")
         t = cls(frame, stats, title=title or "Computation and communication per round", caption=cap)

@@ -93,8 +93,10 @@ def run_figures(preset_name: str = "quick", *, only: Iterable[str] | None = None
                 entry = _make_one(FIGURES[key], ctx, command=command,
                                   only_command=_command(preset_name, [key], out, rounds, seeds, fig4))
                 entries[key] = index["figures"][key] = entry
-                # the index is rewritten after every figure, so an interrupted call keeps what it made
-                index["environment"] = _environment()
+                # the index is rewritten after every figure, so an interrupted call keeps what it made. The
+                # machine it names is the one whose times it reports: a redraw from stored runs keeps it
+                if entry["runs_computed"] or "environment" not in index:
+                    index["environment"] = _environment()
                 (out / "index.json").write_text(json.dumps(index, indent=2, ensure_ascii=False, default=str))
                 (out / "README.md").write_text(render_readme(index, order=made))
                 echo(f"{key:<14} {entry['seconds']:7.1f} s  ({entry['runs_computed']} runs computed, "
