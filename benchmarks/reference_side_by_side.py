@@ -23,9 +23,9 @@ are printed against both. The reference reads ``../dataset/<name>/{train,test}/<
 changed.
 
 The work differs in one place: each round the reference evaluates the test split and ONE pass over the
-train split (the loss of the models ALA initialised). fedala_lab's ``mnist-dir0.1`` preset records the
-train-split loss twice (``record_train_loss=True``: of the initialised and of the trained models, both drawn
-in Fig. 5), and can record none (``False``). Both are run, one after the other, so the reference's work lies
+train split (the loss of the models ALA initialised). fedala_lab's ``mnist-dir0.1`` preset records none
+(``record_train_loss=False``, its default), and twice when Fig. 5 asks (``True``: of the initialised and of
+the trained models, both drawn there). Both are run, one after the other, so the reference's work lies
 between the two fedala_lab columns.
 
 Quote the ratio measured in one run on one machine, with the load average printed beside it.
