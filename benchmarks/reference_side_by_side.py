@@ -1,6 +1,7 @@
 """The public FedALA reference code and fedala_lab, side by side on one machine, in one run.
 
     python benchmarks/reference_side_by_side.py --reference ~/src/FedALA --rounds 3
+    python benchmarks/reference_side_by_side.py --reference ~/src/FedALA --rounds 3 --repeats 2   # order reversed the 2nd time
     python benchmarks/reference_side_by_side.py --reference ~/src/FedALA --partition ~/src/FedALA/dataset/mnist-0.1-npz
 
 ``--reference`` is a checkout of the public FedALA repository (github.com/TsingZ0/FedALA: its ``system/main.py``);
@@ -109,52 +110,78 @@ def run_fedala_lab(partition: Path, rounds: int, record_train_loss: bool) -> dic
     return {"per_round": list(r["seconds"]), "wall": time.perf_counter() - t0, "split": r, "acc": run.final_acc}
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--reference", type=Path, required=True, help="a checkout of the FedALA repository")
-    p.add_argument("--partition", type=Path, default=None, help="a PFLlib-layout MNIST partition")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--reference-threads", type=int, default=None,
-                   help="torch threads of the reference (default: its own, torch's default)")
-    args = p.parse_args()
-    if args.rounds < 2:  # the reference divides by its rounds after the first when it ends
-        p.error("--rounds must be at least 2")
-    if args.partition is None:
-        from fedala_lab.experiments.presets import mnist_partition_dir
-
-        args.partition = Path(mnist_partition_dir())
-    load0 = os.getloadavg()
-    with tempfile.TemporaryDirectory() as tmp:
-        system = reference_layout(args.reference.expanduser(), args.partition.expanduser(), Path(tmp))
-        ref = run_reference(system, args.rounds, "mnist-bench", args.reference_threads)
-    load1 = os.getloadavg()
-    ours = {flag: run_fedala_lab(args.partition.expanduser(), args.rounds, flag) for flag in (True, False)}
-    load2 = os.getloadavg()
-    print(f"\nFedALA, MNIST partition {args.partition.name}, {args.rounds} rounds, CPU; load average before / "
-          f"between / after: {load0[0]:.2f} / {load1[0]:.2f} / {load2[0]:.2f}")
+def report(ref: dict, ours: dict, rounds: int, partition: Path, loads: list) -> dict:
+    """Print one repeat's table; return its normal rounds' median ratios to the reference's own seconds."""
+    print(f"\nFedALA, MNIST partition {partition.name}, {rounds} rounds, CPU; load average at the start of each "
+          f"run and at the end: {' / '.join(f'{x:.2f}' for x in loads)}")
     print("seconds per round; reference: from its 'Round number' line to the next (lines) and as it prints "
           "them itself (own);\nfedala_lab: with the train-split loss recorded twice (2 passes) and not at all (0 passes)")
     print(f"{'round':>5} {'ref lines':>10} {'ref own':>8} {'ours 2 passes':>14} {'ours 0 passes':>14} "
           f"{'÷ own':>6} {'÷ own':>6}   ours (0 passes) init/eval/train s")
-    own = ref["own"][: args.rounds]
-    lines = ref["per_round"][: args.rounds]
+    own = ref["own"][:rounds]
+    lines = ref["per_round"][:rounds]
     two, zero = ours[True]["per_round"], ours[False]["per_round"]
     s = ours[False]["split"]
-    for i in range(args.rounds):
+    for i in range(rounds):
         phases = "/".join(f"{s[f'{k}_seconds'].iloc[i]:.1f}" for k in ("init", "eval", "train"))
         print(f"{i + 1:>5} {lines[i]:>10.1f} {own[i]:>8.1f} {two[i]:>14.1f} {zero[i]:>14.1f} "
               f"{two[i] / own[i]:>6.2f} {zero[i] / own[i]:>6.2f}   {phases}")
     print(f"{'total':>5} {sum(lines):>10.1f} {sum(own):>8.1f} {sum(two):>14.1f} {sum(zero):>14.1f} "
           f"{sum(two) / sum(own):>6.2f} {sum(zero) / sum(own):>6.2f}")
-    if args.rounds > 2:
+    ratios = {}
+    if rounds > 2:
         med = {k: statistics.median(v[2:]) for k, v in
                (("lines", lines), ("own", own), ("two", two), ("zero", zero))}
+        ratios = {"two": med["two"] / med["own"], "zero": med["zero"] / med["own"]}
         print(f"normal rounds (3 on), medians: reference {med['own']:.1f} s (own; lines {med['lines']:.1f}), "
               f"fedala_lab {med['two']:.1f} s (2 passes) / {med['zero']:.1f} s (0 passes); ratios to its own: "
-              f"{med['two'] / med['own']:.2f} / {med['zero'] / med['own']:.2f}, to its lines: "
+              f"{ratios['two']:.2f} / {ratios['zero']:.2f}, to its lines: "
               f"{med['two'] / med['lines']:.2f} / {med['zero'] / med['lines']:.2f}")
     print(f"final accuracy: fedala_lab {100 * ours[True]['acc']:.2f} % (both runs: "
           f"{100 * ours[False]['acc']:.2f} %)")
+    return ratios
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--reference", type=Path, required=True, help="a checkout of the FedALA repository")
+    p.add_argument("--partition", type=Path, default=None, help="a PFLlib-layout MNIST partition")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=1,
+                   help="times to run all three, the order reversed every other time (a machine that speeds "
+                        "up or slows down during the runs then favours neither side); the ratios' median is printed")
+    p.add_argument("--reference-threads", type=int, default=None,
+                   help="torch threads of the reference (default: its own, torch's default)")
+    args = p.parse_args()
+    if args.rounds < 2:  # the reference divides by its rounds after the first when it ends
+        p.error("--rounds must be at least 2")
+    if args.repeats < 1:
+        p.error("--repeats must be at least 1")
+    if args.partition is None:
+        from fedala_lab.experiments.presets import mnist_partition_dir
+
+        args.partition = Path(mnist_partition_dir())
+    partition = args.partition.expanduser()
+    ratios = []
+    with tempfile.TemporaryDirectory() as tmp:
+        system = reference_layout(args.reference.expanduser(), partition, Path(tmp))
+        jobs = {"ref": lambda: run_reference(system, args.rounds, "mnist-bench", args.reference_threads),
+                True: lambda: run_fedala_lab(partition, args.rounds, True),
+                False: lambda: run_fedala_lab(partition, args.rounds, False)}
+        for k in range(args.repeats):
+            order = ["ref", False, True] if k % 2 == 0 else [True, False, "ref"]
+            done, loads = {}, []
+            for job in order:
+                loads.append(os.getloadavg()[0])
+                done[job] = jobs[job]()
+            loads.append(os.getloadavg()[0])
+            ratios.append(report(done["ref"], {True: done[True], False: done[False]}, args.rounds, partition, loads))
+    if args.repeats > 1 and args.rounds > 2:
+        for key, label in (("zero", "0 passes"), ("two", "2 passes")):
+            vals = [r[key] for r in ratios]
+            print(f"normal round ÷ the reference's own, {label}: {' '.join(f'{v:.2f}' for v in vals)}; "
+                  f"median {statistics.median(vals):.2f}")
+
 
 if __name__ == "__main__":
     main()
