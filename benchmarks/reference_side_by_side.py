@@ -27,7 +27,7 @@ The work differs in one place: each round the reference evaluates the test split
 train split (the loss of the models ALA initialised). fedala_lab's ``mnist-dir0.1`` preset records none
 (``record_train_loss=False``, its default), and twice when Fig. 5 asks (``True``: of the initialised and of
 the trained models, both drawn there). Both are run, one after the other, so the reference's work lies
-between the two fedala_lab columns.
+between the two fedala_lab columns (``--repeats`` runs the three again, in the reverse order).
 
 Quote the ratio measured in one run on one machine, with the load average printed beside it.
 """
@@ -110,18 +110,19 @@ def run_fedala_lab(partition: Path, rounds: int, record_train_loss: bool) -> dic
     return {"per_round": list(r["seconds"]), "wall": time.perf_counter() - t0, "split": r, "acc": run.final_acc}
 
 
-def report(ref: dict, ours: dict, rounds: int, partition: Path, loads: list) -> dict:
-    """Print one repeat's table; return its normal rounds' median ratios to the reference's own seconds."""
+def report(done: dict, rounds: int, partition: Path, loads: list) -> dict:
+    """Print one repeat's table (``done``: the reference's run under "ref", ours by ``record_train_loss``);
+    return its normal rounds' median ratios to the reference's own seconds."""
     print(f"\nFedALA, MNIST partition {partition.name}, {rounds} rounds, CPU; load average at the start of each "
           f"run and at the end: {' / '.join(f'{x:.2f}' for x in loads)}")
     print("seconds per round; reference: from its 'Round number' line to the next (lines) and as it prints "
           "them itself (own);\nfedala_lab: with the train-split loss recorded twice (2 passes) and not at all (0 passes)")
     print(f"{'round':>5} {'ref lines':>10} {'ref own':>8} {'ours 2 passes':>14} {'ours 0 passes':>14} "
           f"{'÷ own':>6} {'÷ own':>6}   ours (0 passes) init/eval/train s")
-    own = ref["own"][:rounds]
-    lines = ref["per_round"][:rounds]
-    two, zero = ours[True]["per_round"], ours[False]["per_round"]
-    s = ours[False]["split"]
+    own = done["ref"]["own"][:rounds]
+    lines = done["ref"]["per_round"][:rounds]
+    two, zero = done[True]["per_round"], done[False]["per_round"]
+    s = done[False]["split"]
     for i in range(rounds):
         phases = "/".join(f"{s[f'{k}_seconds'].iloc[i]:.1f}" for k in ("init", "eval", "train"))
         print(f"{i + 1:>5} {lines[i]:>10.1f} {own[i]:>8.1f} {two[i]:>14.1f} {zero[i]:>14.1f} "
@@ -137,8 +138,8 @@ def report(ref: dict, ours: dict, rounds: int, partition: Path, loads: list) -> 
               f"fedala_lab {med['two']:.1f} s (2 passes) / {med['zero']:.1f} s (0 passes); ratios to its own: "
               f"{ratios['two']:.2f} / {ratios['zero']:.2f}, to its lines: "
               f"{med['two'] / med['lines']:.2f} / {med['zero'] / med['lines']:.2f}")
-    print(f"final accuracy: fedala_lab {100 * ours[True]['acc']:.2f} % (both runs: "
-          f"{100 * ours[False]['acc']:.2f} %)")
+    print(f"final accuracy: fedala_lab {100 * done[True]['acc']:.2f} % (both runs: "
+          f"{100 * done[False]['acc']:.2f} %)")
     return ratios
 
 
@@ -175,7 +176,7 @@ def main() -> None:
                 loads.append(os.getloadavg()[0])
                 done[job] = jobs[job]()
             loads.append(os.getloadavg()[0])
-            ratios.append(report(done["ref"], {True: done[True], False: done[False]}, args.rounds, partition, loads))
+            ratios.append(report(done, args.rounds, partition, loads))
     if args.repeats > 1 and args.rounds > 2:
         for key, label in (("zero", "0 passes"), ("two", "2 passes")):
             vals = [r[key] for r in ratios]

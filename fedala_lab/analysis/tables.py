@@ -46,8 +46,8 @@ def cost_table(runs: Iterable[Run]) -> pd.DataFrame:
     initialisation, ALA's weight learning; ``train_seconds``; ``aggregate_seconds``), and ``eval_seconds``
     apart: it holds what a method does to its models before evaluating them (FedAvg-C's fine-tuning) and
     what a run records (Fig. 5's train-split losses: two more forward passes over the training data), so
-    methods recorded differently still compare; ``seconds``, the whole round. ``start_phase_seconds``: round 2's method time
-    beyond a normal round's (the ALA start phase; about 0 without ALA). Communication per client
+    methods recorded differently still compare; ``seconds``, the whole round. ``start_phase_seconds``: round
+    2's method time beyond a normal round's (the ALA start phase; about 0 without ALA). Communication per client
     and round, in models (Σ = the model's bytes): ``up`` (bytes sent by a client that trained) and ``down``
     (bytes received, averaged over all clients), and ``total`` = up + down; ``formula``: the paper's notation of
     it (the algorithm's spec). Wall-clock seconds depend on the machine and its load: compare within a table.
