@@ -10,8 +10,9 @@ Backends: ``vectorised``, ``loop``, ``workers`` (cfg.backend set so: every step 
 "loop"), and what ``backend="auto"`` does for the MNIST CNN on a CPU: ``auto-loop`` (before this
 backend existed: local training on the loop backend, ALA's small head-only steps vectorised),
 ``auto-workers-serial`` (local training in worker processes, evaluation and ALA's feature pass in one
-thread: before compute/parallel.py), ``auto-workers`` (now: those forward passes over a thread per core)
-and ``auto-workers-cl`` (with channels_last); ``vectorised-graphs``: the vectorised backend's steps
+thread: before compute/parallel.py), ``auto-workers`` (now: those forward passes over a thread per core,
+linear layers' updates fused into the backward pass), ``auto-workers-unfused`` (before that: the plain
+SGD update, bit for bit the loop's) and ``auto-workers-cl`` (with channels_last); ``vectorised-graphs``: the vectorised backend's steps
 from static buffers, CUDA graphs on a GPU (``Simulation(graphs=True)``, experimental).
 Defaults: teach compares vectorised and loop; mnist-dir0.1 on a CPU compares auto-loop (local training
 in this process), auto-workers-serial (in worker processes) and auto-workers (forward passes over threads
@@ -52,6 +53,7 @@ BACKENDS = {"vectorised": ("vectorised", {}), "loop": ("loop", {}), "workers": (
             "auto-loop": ("auto", {"loop-training": True}),
             "auto-workers-serial": ("auto", {"serial-forward": True}), "auto-workers": ("auto", {}),
             "auto-workers-cl": ("auto", {"channels_last": True}),
+            "auto-workers-unfused": ("auto", {"fused_linear": False}),
             "vectorised-graphs": ("vectorised", {"graphs": True})}
 PHASES = ("init", "eval", "train", "aggregate")
 

@@ -153,6 +153,72 @@ def test_channels_last_agrees_to_float_rounding(algo, data, pool):
         np.testing.assert_allclose(run_c.clients[col], run_l.clients[col], atol=1e-5)
 
 
+@pytest.mark.parametrize("algo", ["fedavg", "fedprox", "fedrep", "fedala"])
+def test_fused_linear_agrees_to_float_rounding(algo, data, pool):
+    # the linear layers' updates inside the backward pass; FedProx adds its objective's gradient after it,
+    # FedRep trains the head and the body in turns (a frozen layer is not fused)
+    cfg = small_cfg(algo=algo, rounds=3, drop_last=False)
+    sim_l, run_l = run_sim(cfg.replace(backend="loop"), data)
+    sim_f, run_f = run_sim(cfg.replace(backend="workers"), data, workers=pool, fused_linear=True)
+    assert run_f.meta["env"]["fused_linear"] is True
+    diff = max((sim_f.local_params[n] - sim_l.local_params[n]).abs().max().item() for n in sim_l.param_names)
+    assert 0 < diff < 1e-5  # other arithmetic (not bit for bit), the same training
+    for col in ("train_loss", "test_loss", "test_acc"):
+        np.testing.assert_allclose(run_f.clients[col], run_l.clients[col], atol=1e-5)
+
+
+class _Twice(torch.nn.Module):
+    """Calls one linear layer twice in a forward pass: its weight must not change between the backward uses."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = torch.nn.Linear(64, 8)
+        self.mid = torch.nn.Linear(8, 8)
+        self.out = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.inp(x.flatten(1)))
+        return self.out(torch.relu(self.mid(torch.relu(self.mid(h)))))
+
+
+class _Tied(torch.nn.Module):
+    """Two linear layers sharing one weight (a weight's gradient is the sum of both uses)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(64, 64)
+        self.b = torch.nn.Linear(64, 4)
+        self.c = torch.nn.Linear(64, 64)
+        self.c.weight = self.a.weight
+
+    def forward(self, x):
+        return self.b(torch.relu(self.c(torch.relu(self.a(x.flatten(1))))))
+
+
+@pytest.mark.parametrize("make", [_Twice, _Tied])
+def test_fused_trainer_leaves_shared_layers_to_the_plain_update(make):
+    from fedala_lab.compute.steps import SGD
+    from fedala_lab.compute.workers import _Trainer
+
+    torch.manual_seed(0)
+    model = make()
+    x, y = torch.randn(12, 1, 8, 8), torch.randint(0, 4, (12,))
+    rows, sizes = np.arange(12).reshape(3, 4), np.array([4, 4, 4])
+    out = {}
+    for fused in (False, True):
+        trainer = _Trainer(model, SGD(lr=0.1), channels_last=False, fused_linear=fused)
+        carry = {"params": {n: p.detach().clone() for n, p in model.named_parameters()}, "buffers": {}}
+        out[fused] = (trainer.train_client(carry, {}, x, y, rows, sizes), carry["params"], trainer.fused)
+    losses, params, fused_names = out[True]
+    np.testing.assert_allclose(losses, out[False][0], rtol=1e-6)
+    for n in params:
+        torch.testing.assert_close(params[n], out[False][1][n], atol=1e-6, rtol=0)
+    if make is _Twice:  # mid is called twice: the first step found it and the trainer went back to plain
+        assert fused_names == set()
+    else:  # the tied weight is never fused; the untied output layer is
+        assert fused_names == {"b.weight", "b.bias"}
+
+
 def test_auto_picks_workers_for_large_models_on_a_cpu_only():
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
     assert resolve_backend("auto", cpu, SMALL_MODEL) == "workers"

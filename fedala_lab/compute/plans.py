@@ -13,6 +13,10 @@ from . import rng
 from .backends import BatchPlan
 
 EVAL_CHUNK = 256  # rows per client per evaluation step (memory, not results, depends on it)
+# rows per forward-only step of channels-last convolutions on a CPU (evaluation, ALA's feature pass): the MNIST
+# CNN's first activation is 74 kB a row, so 64 rows stay within a core's 2 MB L2 cache far better than 256:
+# 1.6–1.8× the rows per second at one thread (benchmarks/results.md, 2026-11-27)
+CL_CHUNK = 64
 
 
 def batches_per_epoch(n, batch_size: int, drop_last: bool):
@@ -44,15 +48,16 @@ def train_batches(n: int, offset: int, *, batch_size: int, drop_last: bool, shuf
     return seq
 
 
-def eval_batches(sizes: np.ndarray, offsets: np.ndarray, *, drop_to: int | None = None) -> list[list[np.ndarray]]:
-    """Every client's rows in chunks of :data:`EVAL_CHUNK`; ``drop_to`` keeps only whole batches of that size
+def eval_batches(sizes: np.ndarray, offsets: np.ndarray, *, drop_to: int | None = None,
+                 chunk: int = EVAL_CHUNK) -> list[list[np.ndarray]]:
+    """Every client's rows in chunks of ``chunk`` rows; ``drop_to`` keeps only whole batches of that size
     (the reference's DataLoader(drop_last=True) on the test split)."""
     out = []
     for c in range(len(sizes)):
         n = int(sizes[c])
         if drop_to:
             n = n // drop_to * drop_to
-        out.append([offsets[c] + np.arange(j, min(j + EVAL_CHUNK, n)) for j in range(0, n, EVAL_CHUNK)])
+        out.append([offsets[c] + np.arange(j, min(j + chunk, n)) for j in range(0, n, chunk)])
     return out
 
 
@@ -65,4 +70,4 @@ def evaluate(backend, step, model: torch.nn.Module, params: dict, buffers: dict,
     return {"loss_sum": np.nansum(aux[..., 0], 1), "correct": np.nansum(aux[..., 1], 1), "num": plan.sizes.sum(1)}
 
 
-__all__ = ["EVAL_CHUNK", "batches_per_epoch", "eval_batches", "evaluate", "train_batches"]
+__all__ = ["CL_CHUNK", "EVAL_CHUNK", "batches_per_epoch", "eval_batches", "evaluate", "train_batches"]

@@ -41,7 +41,10 @@ order (autograd on the module instead of ``torch.func`` on ``functional_call``; 
 of ``p − lr·g``), so at one thread it equals the loop backend bit for bit (tested, FedAvg, FedProx,
 FedAvg-C, FedLAMA, batch norm). Each client is trained by exactly one process in its own order, so the
 number of workers and the order they pick clients in never change a result. ``channels_last=True`` (for
-conv models) runs other convolution kernels: equal to float rounding only, like changing torch's threads.
+conv models) runs other convolution kernels, and ``fused_linear=True`` applies the update of each linear
+layer inside the backward pass as one ``addmm_`` (W ← W − lr·δᵀx: 0.65–0.76× the time of a step of the
+MNIST CNN, whose fc1 weight is 2 MB; docs/design.md#performance): both equal to float rounding only, like
+changing torch's threads. ``backend="auto"`` turns both on (engine/simulate.py).
 
 Only training goes to the workers; forward-only calls (evaluation, ALA's feature pass) and steps without a
 recipe (ALA's weight learning) run in this process on the loop backend, whose forward-only calls use a
@@ -63,6 +66,7 @@ from itertools import count
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .backends import BatchPlan, LoopBackend, client_steps, layout, write_back
@@ -89,10 +93,39 @@ class _RemoteTraceback(Exception):
 # -- the trainer (runs in a worker, or in this process) ---------------------------------------------
 
 
-class _Trainer:
-    """One nn.Module trained in place by an SGD recipe, one client at a time (the math of steps.make_sgd_step)."""
+class _FusedLinear(torch.autograd.Function):
+    """``F.linear(x, W, b)`` whose backward applies the step's SGD update to W (and b) in place:
+    W ← W − lr·(δᵀx) as one ``addmm_`` instead of writing ∇W (2 MB for the MNIST CNN's fc1), scaling it and
+    subtracting it in three passes over memory. The input's gradient δW is taken first, from W as it was
+    in the forward pass; W is not read again in the step. Float rounding differs from ``p − lr·g`` (the
+    product is not rounded before the subtraction), so this runs only where the caller asked for it."""
 
-    def __init__(self, model: torch.nn.Module, sgd: SGD, channels_last: bool):
+    @staticmethod
+    def forward(ctx, x, weight, bias, lr):
+        ctx.save_for_backward(x, weight)
+        ctx.bias, ctx.lr = bias, lr
+        return F.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, weight = ctx.saved_tensors
+        go = grad_out.reshape(-1, weight.shape[0])
+        grad_in = go.mm(weight).reshape(x.shape) if ctx.needs_input_grad[0] else None
+        with torch.no_grad():
+            weight.addmm_(go.t(), x.reshape(-1, weight.shape[1]), alpha=-ctx.lr)
+            if ctx.bias is not None:
+                ctx.bias.add_(go.sum(0), alpha=-ctx.lr)
+        return grad_in, None, None, None
+
+
+class _Trainer:
+    """One nn.Module trained in place by an SGD recipe, one client at a time (the math of steps.make_sgd_step).
+
+    ``fused_linear``: the ``nn.Linear`` layers whose weight and bias all train (and are theirs alone) take
+    their update inside the backward pass (:class:`_FusedLinear`); a model that calls such a layer twice in
+    one forward pass (its weight would change between the two backward uses) is trained without."""
+
+    def __init__(self, model: torch.nn.Module, sgd: SGD, channels_last: bool, fused_linear: bool = False):
         model = copy.deepcopy(model)
         self.channels_last = channels_last and any(p.dim() == 4 for p in model.parameters())
         if self.channels_last:
@@ -103,13 +136,32 @@ class _Trainer:
             p.requires_grad_(trainable is None or n in trainable)
         self.model, self.sgd = model, sgd
         self.all = dict(model.named_parameters())
-        self.params = {n: p for n, p in self.all.items() if p.requires_grad}
         self.buffers = dict(model.named_buffers())
+        self.calls: dict[str, int] = {}  # fused layer → calls in this step's forward pass
+        fused = _fusable(model) if fused_linear else {}
+        for name, module in fused.items():
+            module.forward = self._fused_forward(name, module)
+        self.patched = list(fused.values())
+        self.fused = {f"{name}.{k}" for name, m in fused.items() for k, _ in m.named_parameters(recurse=False)}
+        self.trainable = {n: p for n, p in self.all.items() if p.requires_grad}
+        self.params = {n: p for n, p in self.trainable.items() if n not in self.fused}  # updated after backward
+
+    def _fused_forward(self, name: str, module: torch.nn.Linear):
+        def forward(x):
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return _FusedLinear.apply(x, module.weight, module.bias, self.sgd.lr)
+        return forward
+
+    def _unfuse(self) -> None:
+        """Train this model without fused layers from now on (one was called twice in a forward pass)."""
+        for module in self.patched:
+            del module.forward  # back to the class's forward
+        self.params, self.fused, self.patched, self.calls = self.trainable, set(), [], {}
 
     def train_client(self, carry: dict, shared: dict, x: torch.Tensor, y: torch.Tensor, rows: np.ndarray,
                      sizes: np.ndarray) -> np.ndarray:
         """SGD on one client from ``carry`` (its params and buffers, written back in place); the losses."""
-        params, buffers, lr, objective = self.params, self.buffers, self.sgd.lr, self.sgd.objective
+        buffers, lr, objective = self.buffers, self.sgd.lr, self.sgd.objective
         with torch.no_grad():
             for n, p in self.all.items():
                 p.copy_(carry["params"][n])
@@ -123,16 +175,23 @@ class _Trainer:
                 # not compute.backends.nhwc: at batch 10 a training step is as fast either way (measured),
                 # and keeping this keeps the trained floats of earlier runs
                 xb = xb.contiguous(memory_format=torch.channels_last)
+            self.calls.clear()
             loss = weighted_ce(self.model(xb), yb, xb.new_ones(int(s)))
+            if any(c > 1 for c in self.calls.values()):  # nothing has changed yet: redo the step unfused
+                self._unfuse()
+                loss = weighted_ce(self.model(xb), yb, xb.new_ones(int(s)))
+            with torch.no_grad():  # before the backward pass, which updates the fused layers
+                extra = objective.grad(self.trainable, carry, shared) if objective is not None else {}
             loss.backward()
             with torch.no_grad():
-                extra = objective.grad(params, carry, shared) if objective is not None else {}
-                for n, p in params.items():
+                for n, p in self.params.items():
                     g = p.grad if p.grad is not None else torch.zeros_like(p)
                     if n in extra:
                         g = g + extra[n]
                     p.sub_(lr * g)  # the loop's p − lr·(∇ℓ + extra), in place
                     p.grad = None
+                for n in self.fused & extra.keys():
+                    self.all[n].sub_(lr * extra[n])
             losses[k] = loss.item()
         with torch.no_grad():
             for n, p in self.all.items():
@@ -140,6 +199,16 @@ class _Trainer:
             for n, b in buffers.items():
                 carry["buffers"][n].copy_(b)
         return losses
+
+
+def _fusable(model: torch.nn.Module) -> dict[str, torch.nn.Linear]:
+    """The model's ``nn.Linear`` layers whose parameters all train and belong to that layer alone."""
+    owners: dict[int, int] = {}
+    for _, p in model.named_parameters(remove_duplicate=False):
+        owners[id(p)] = owners.get(id(p), 0) + 1
+    return {name: m for name, m in model.named_modules()
+            if type(m) is torch.nn.Linear
+            and all(p.requires_grad and owners[id(p)] == 1 for p in m.parameters(recurse=False))}
 
 
 class _StepRunner:
@@ -162,21 +231,22 @@ class _StepRunner:
         return np.stack([a.to(torch.float64).reshape(-1).numpy() for a in values])
 
 
-def _runner(model, channels_last: bool, recipe: SGD | Recipe):
-    return _Trainer(model, recipe, channels_last) if isinstance(recipe, SGD) else _StepRunner(model, recipe)
+def _runner(model, kernels: tuple[bool, bool], recipe: SGD | Recipe):
+    """The runner of ``recipe``; ``kernels``: (channels_last, fused_linear) for SGD recipes."""
+    return _Trainer(model, recipe, *kernels) if isinstance(recipe, SGD) else _StepRunner(model, recipe)
 
 
 class _Session:
     """A worker's view of one run: the model, the data and slots in shared memory, a runner per recipe."""
 
-    def __init__(self, model, channels_last, x, y, slots, shared):
-        self.model, self.channels_last = model, channels_last
+    def __init__(self, model, kernels, x, y, slots, shared):
+        self.model, self.kernels = model, kernels
         self.x, self.y, self.slots, self.shared = x, y, slots, shared
         self.runners: dict = {}
 
     def runner(self, recipe: SGD | Recipe):
         if recipe not in self.runners:
-            self.runners[recipe] = _runner(self.model, self.channels_last, recipe)
+            self.runners[recipe] = _runner(self.model, self.kernels, recipe)
         return self.runners[recipe]
 
 
@@ -198,10 +268,10 @@ def _worker_main(conn) -> None:
             return
         try:
             if msg[0] == "setup":
-                _, token, model, channels_last, x, y, slots, shared = msg
+                _, token, model, kernels, x, y, slots, shared = msg
                 while len(sessions) >= SESSIONS:  # drop the oldest's shared memory before mapping more
                     sessions.pop(next(iter(sessions)))
-                sessions[token] = _Session(model, channels_last, x, y, slots, shared)
+                sessions[token] = _Session(model, kernels, x, y, slots, shared)
                 conn.send(("ready", token, os.getpid()))
             else:
                 _, token, i, rows, sizes, recipe = msg
@@ -287,12 +357,13 @@ class WorkerPool:
 
     # work
 
-    def setup(self, token, model: torch.nn.Module, channels_last: bool, x, y, slots, shared) -> None:
-        """Hand every worker a session (the model, the data, slots) unless they hold this one already."""
+    def setup(self, token, model: torch.nn.Module, kernels: tuple[bool, bool], x, y, slots, shared) -> None:
+        """Hand every worker a session (the model, its kernels: (channels_last, fused_linear), the data, slots)
+        unless they hold this one already."""
         self.start()
         if token in self._sessions:
             return
-        msg = ("setup", token, model, channels_last, x, y, slots, shared)
+        msg = ("setup", token, model, kernels, x, y, slots, shared)
         del self._sessions[:max(0, len(self._sessions) + 1 - SESSIONS)]  # the workers drop the same oldest ones
         self._exchange([(conn, msg) for conn in self._conns], expect="ready")
         self._sessions.append(token)
@@ -440,8 +511,8 @@ class WorkerBackend:
     name = "workers"
 
     def __init__(self, model: torch.nn.Module, *, workers: int | WorkerPool | None = None,
-                 channels_last: bool = False, capacity: int = 1):
-        self.model, self.channels_last = model, bool(channels_last)
+                 channels_last: bool = False, fused_linear: bool = False, capacity: int = 1):
+        self.model, self.channels_last, self.fused_linear = model, bool(channels_last), bool(fused_linear)
         self._own_pool = not isinstance(workers, WorkerPool)
         self._pool = workers if isinstance(workers, WorkerPool) else None
         size = workers.size if isinstance(workers, WorkerPool) else max(1, int(workers or default_workers()))
@@ -464,10 +535,15 @@ class WorkerBackend:
 
     def info(self) -> dict:
         """What run.meta["env"] records about this backend."""
-        out = {"workers": self.workers, "worker_processes": not self.in_process, "channels_last": self.channels_last}
+        out = {"workers": self.workers, "worker_processes": not self.in_process, "channels_last": self.channels_last,
+               "fused_linear": self.fused_linear}
         if not self.model_portable:
             out["workers_note"] = "the model's class lives in __main__: trained in this process"
         return out
+
+    @property
+    def kernels(self) -> tuple[bool, bool]:
+        return self.channels_last, self.fused_linear
 
     @property
     def pids(self) -> list[int]:
@@ -503,7 +579,7 @@ class WorkerBackend:
         if self.in_process:
             out = tree_map(torch.Tensor.clone, carry)
             if recipe not in self._runners:
-                self._runners[recipe] = _runner(self.model, self.channels_last, recipe)
+                self._runners[recipe] = _runner(self.model, self.kernels, recipe)
             runner = self._runners[recipe]
             for i in range(a):
                 t0, c0 = time.perf_counter(), time.process_time()
@@ -554,7 +630,7 @@ class WorkerBackend:
             }
         if self._pool is None or (self._own_pool and self._pool.closed):  # ours failed: start anew
             self._pool = WorkerPool(self.workers)
-        self._pool.setup(s["token"], self.model, self.channels_last, x, y, s["slots"], s["shared"])
+        self._pool.setup(s["token"], self.model, self.kernels, x, y, s["slots"], s["shared"])
         return s["token"], s["slots"], s["shared"]
 
 

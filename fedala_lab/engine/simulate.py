@@ -93,7 +93,10 @@ class Simulation:
     :class:`~fedala_lab.compute.workers.WorkerPool` to share. ``channels_last`` runs the convolutions of
     local training there, of evaluation and of ALA's feature pass in that memory format (22 % faster per step
     for the MNIST CNN on a CPU; equal to float rounding only, like changing threads); None (default): on when
-    ``backend="auto"`` picks the workers for a conv model, off otherwise. The workers start at the first
+    ``backend="auto"`` picks the workers for a conv model, off otherwise. ``fused_linear``: the workers apply
+    each linear layer's SGD update inside the backward pass (one ``addmm_`` instead of writing the gradient,
+    scaling it and subtracting it: a quarter to a third off a step of the MNIST CNN; float rounding only);
+    None (default): on when ``backend="auto"`` picks the workers. The workers start at the first
     training call and stop when ``run()`` ends, or at :meth:`close`.
 
     ``graphs`` (experimental): the vectorised backend runs local SGD, evaluation and ALA's steps from static
@@ -103,7 +106,7 @@ class Simulation:
 
     def __init__(self, cfg: RunConfig, data: FederatedData | None = None, *, model: nn.Module | None = None,
                  chunk_clients: int | None = None, workers: int | WorkerPool | None = None,
-                 channels_last: bool | None = None, graphs: bool = False):
+                 channels_last: bool | None = None, fused_linear: bool | None = None, graphs: bool = False):
         cfg = bind(cfg, data, model).check()
         self.cfg = cfg
         self.device = resolve_device(cfg.device)
@@ -117,7 +120,9 @@ class Simulation:
         if channels_last is None:
             channels_last = cfg.backend == "auto" and name == "workers" and any(
                 p.dim() == 4 for p in self.model.parameters())
-        backend = self._make_backend(name, chunk_clients, workers, channels_last, graphs)
+        if fused_linear is None:
+            fused_linear = cfg.backend == "auto" and name == "workers"
+        backend = self._make_backend(name, chunk_clients, workers, (channels_last, fused_linear), graphs)
         n = self.num_clients
         self.setup = Setup(cfg, self.model, self.data, tracked=cfg.clients_to("track_clients", n), backend=backend,
                            chunk_clients=chunk_clients, channels_last=bool(channels_last) and name == "workers",
@@ -158,7 +163,7 @@ class Simulation:
         return Recorder(self.cfg.clients_to("track_clients", n), self.cfg.clients_to("snapshot_clients", n),
                         self.cfg.snapshot_from)
 
-    def _make_backend(self, name: str, chunk_clients, workers, channels_last, graphs: bool = False):
+    def _make_backend(self, name: str, chunk_clients, workers, kernels: tuple, graphs: bool = False):
         if name != "workers":
             return make_backend(name, chunk_clients, graphs=graphs)
         if self.device.type != "cpu":
@@ -167,7 +172,9 @@ class Simulation:
         if chunk_clients is not None:
             raise ConfigError("chunk_clients", chunk_clients, "unset (None): the workers backend trains one "
                               "client at a time in each process", "set backend='vectorised'")
-        return WorkerBackend(self.model, workers=workers, channels_last=channels_last, capacity=self.num_clients)
+        channels_last, fused_linear = kernels
+        return WorkerBackend(self.model, workers=workers, channels_last=channels_last, fused_linear=fused_linear,
+                             capacity=self.num_clients)
 
     @property
     def backend(self):
