@@ -42,7 +42,7 @@ of ``p − lr·g``), so at one thread it equals the loop backend bit for bit (te
 FedAvg-C, FedLAMA, batch norm). Each client is trained by exactly one process in its own order, so the
 number of workers and the order they pick clients in never change a result. ``channels_last=True`` (for
 conv models) runs other convolution kernels, and ``fused_linear=True`` applies the update of each linear
-layer inside the backward pass as one ``addmm_`` (W ← W − lr·δᵀx: 0.65–0.76× the time of a step of the
+layer inside the backward pass as one ``addmm_`` (W ← W − lr·δᵀx: 0.72–0.96× the time of a step of the
 MNIST CNN, whose fc1 weight is 2 MB; docs/design.md#performance): both equal to float rounding only, like
 changing torch's threads. ``backend="auto"`` turns both on (engine/simulate.py).
 
