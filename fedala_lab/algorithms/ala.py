@@ -70,7 +70,7 @@ from torch.func import functional_call, grad_and_value
 from ..compute import batched
 from ..compute.backends import BatchPlan, LoopBackend, nhwc
 from ..compute.parallel import forward_threads, thread_map
-from ..compute.plans import CL_CHUNK
+from ..compute.plans import forward_chunk
 from ..compute.rng import ALA_WINDOW, generator
 from ..compute.steps import weighted_ce
 from ..models import BlockNet, ala_param_names, layer_blocks
@@ -283,14 +283,14 @@ class WeightLearner:
         between the engine and a Flower client computing its window alone). With ``per_client`` each
         client's rows go through its own G (``glob`` (A, …)).
 
-        ``chunk`` (None: 256, or with channels-last convolutions :data:`~fedala_lab.compute.plans.CL_CHUNK`):
+        ``chunk`` (None: :func:`~fedala_lab.compute.plans.forward_chunk`, 256 or 64 with channels-last convolutions):
         a conv's activations stay in cache (MNIST CNN, one CPU thread: 256 rows are 22 % faster than 1,024,
         and 64 rows in channels-last 1.6–1.8× faster than 256). On a CPU the chunks are shared out among
         threads (compute/parallel.py), each computed exactly as in one thread."""
         buffers = dict(self.model.named_buffers())
         self.model.eval()
         cl = self.channels_last and x.dim() == 4
-        chunk = chunk or (CL_CHUNK if cl else 256)
+        chunk = chunk or forward_chunk(cl)
         fmt = nhwc if cl else (lambda v: v)
         windows = _windows([len(x)] if lengths is None else lengths)
         if per_client:  # G per client: (A, …) each, a client's conv weights put in that format once

@@ -225,7 +225,7 @@ class Setup:
             d = self.data
             sizes, offs = (d.train_sizes, d.train_offsets) if split == "train" else (d.test_sizes, d.test_offsets)
             drop = self.cfg.batch_size if (self.cfg.eval_drop_last and split == "test") else None
-            chunk = plans.CL_CHUNK if self.channels_last else plans.EVAL_CHUNK
+            chunk = plans.forward_chunk(self.channels_last)
             self._plans[key] = BatchPlan.from_batches(plans.eval_batches(sizes, offs, drop_to=drop, chunk=chunk),
                                                       self.device)
         return self._plans[key]

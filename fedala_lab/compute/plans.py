@@ -19,6 +19,11 @@ EVAL_CHUNK = 256  # rows per client per evaluation step (memory, not results, de
 CL_CHUNK = 64
 
 
+def forward_chunk(channels_last: bool) -> int:
+    """Rows per client per forward-only step (evaluation, ALA's feature pass)."""
+    return CL_CHUNK if channels_last else EVAL_CHUNK
+
+
 def batches_per_epoch(n, batch_size: int, drop_last: bool):
     """Local SGD batches in one pass over ``n`` train samples (an int or an array of them)."""
     return n // batch_size if drop_last else -(-n // batch_size)
@@ -70,4 +75,5 @@ def evaluate(backend, step, model: torch.nn.Module, params: dict, buffers: dict,
     return {"loss_sum": np.nansum(aux[..., 0], 1), "correct": np.nansum(aux[..., 1], 1), "num": plan.sizes.sum(1)}
 
 
-__all__ = ["CL_CHUNK", "EVAL_CHUNK", "batches_per_epoch", "eval_batches", "evaluate", "train_batches"]
+__all__ = ["CL_CHUNK", "EVAL_CHUNK", "batches_per_epoch", "eval_batches", "evaluate", "forward_chunk",
+           "train_batches"]

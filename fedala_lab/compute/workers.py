@@ -61,7 +61,7 @@ import signal
 import time
 import traceback
 import weakref
-from collections import deque
+from collections import Counter, deque
 from itertools import count
 
 import numpy as np
@@ -203,9 +203,7 @@ class _Trainer:
 
 def _fusable(model: torch.nn.Module) -> dict[str, torch.nn.Linear]:
     """The model's ``nn.Linear`` layers whose parameters all train and belong to that layer alone."""
-    owners: dict[int, int] = {}
-    for _, p in model.named_parameters(remove_duplicate=False):
-        owners[id(p)] = owners.get(id(p), 0) + 1
+    owners = Counter(id(p) for _, p in model.named_parameters(remove_duplicate=False))
     return {name: m for name, m in model.named_modules()
             if type(m) is torch.nn.Linear
             and all(p.requires_grad and owners[id(p)] == 1 for p in m.parameters(recurse=False))}

@@ -123,7 +123,7 @@ class Simulation:
                 p.dim() == 4 for p in self.model.parameters())
         if fused_linear is None:
             fused_linear = cfg.backend == "auto" and name == "workers"
-        backend = self._make_backend(name, chunk_clients, workers, (channels_last, fused_linear), graphs)
+        backend = self._make_backend(name, chunk_clients, workers, channels_last, fused_linear, graphs)
         n = self.num_clients
         self.setup = Setup(cfg, self.model, self.data, tracked=cfg.clients_to("track_clients", n), backend=backend,
                            chunk_clients=chunk_clients, channels_last=bool(channels_last) and name == "workers",
@@ -164,7 +164,8 @@ class Simulation:
         return Recorder(self.cfg.clients_to("track_clients", n), self.cfg.clients_to("snapshot_clients", n),
                         self.cfg.snapshot_from)
 
-    def _make_backend(self, name: str, chunk_clients, workers, kernels: tuple, graphs: bool = False):
+    def _make_backend(self, name: str, chunk_clients, workers, channels_last: bool, fused_linear: bool,
+                      graphs: bool = False):
         if name != "workers":
             return make_backend(name, chunk_clients, graphs=graphs)
         if self.device.type != "cpu":
@@ -173,7 +174,6 @@ class Simulation:
         if chunk_clients is not None:
             raise ConfigError("chunk_clients", chunk_clients, "unset (None): the workers backend trains one "
                               "client at a time in each process", "set backend='vectorised'")
-        channels_last, fused_linear = kernels
         return WorkerBackend(self.model, workers=workers, channels_last=channels_last, fused_linear=fused_linear,
                              capacity=self.num_clients)
 
