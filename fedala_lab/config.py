@@ -35,6 +35,7 @@ from .data.config import (  # noqa: F401 - re-exported: a config's data settings
     pool_directory,
 )
 from .errors import ConfigError, ConfigFileError
+from .fingerprint import code_fingerprint, package_fingerprint
 from .models import CUSTOM_PREFIX, MODELS
 from .params import (
     Allowed,
@@ -313,9 +314,20 @@ class RunConfig:
             d.pop("stragglers"), d.pop("drop_stragglers")
         return d
 
+    def code(self) -> dict[str, str]:
+        """The code that computes this config's run (docs/design.md#run-identity): ``package``, fedala_lab's
+        computing modules and the Python/torch/numpy versions; ``algorithm``, the code of a registered
+        algorithm defined outside fedala_lab (its class along the MRO, or its build function), and of any
+        such modifier it takes ("" for the built-ins)."""
+        algo = self.algorithm
+        own = [code_fingerprint(algo.base.build), *(code_fingerprint(m.wrap) for m in algo.modifiers)]
+        return {"package": package_fingerprint(), "algorithm": "+".join(f for f in own if f)}
+
     def key(self) -> str:
-        """12 hex digits of the SHA-256 of the canonical config: same key ⇒ same result."""
-        blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
+        """12 hex digits of the SHA-256 of the canonical config and of :meth:`code`: same key ⇒ same result.
+        The data enters by its config (a custom or ``pfllib:`` data set by its content hash, taken when the
+        run is asked for), a custom model by its code, architecture and initial weights."""
+        blob = json.dumps({**self.canonical(), "code": self.code()}, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
     def slug(self) -> str:

@@ -195,11 +195,17 @@ def num_parameters(model: nn.Module) -> int:
 
 
 def fingerprint(model: nn.Module) -> str:
-    """16 hex digits of the SHA-256 of a module's architecture (its ``repr``: layers and their sizes) and of
-    every parameter and buffer (name, dtype, shape, values): what names a custom model in a run key."""
+    """16 hex digits of the SHA-256 of a module's architecture (its ``repr``: layers and their sizes), the code of
+    every module class in it defined outside torch and fedala_lab (``forward`` and the rest:
+    :func:`~fedala_lab.fingerprint.code_fingerprint`) and every parameter and buffer (name, dtype, shape,
+    values): what names a custom model in a run key. Computed at every call, so an edited class is a new model."""
     import hashlib
 
+    from .fingerprint import code_fingerprint
+
     h = hashlib.sha256(repr(model).encode())
+    for cls in sorted({type(m) for m in model.modules()}, key=lambda c: f"{c.__module__}.{c.__qualname__}"):
+        h.update(f"{cls.__module__}.{cls.__qualname__}={code_fingerprint(cls)}|".encode())
     for name, t in model.state_dict().items():
         t = t.detach().cpu().contiguous()
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())

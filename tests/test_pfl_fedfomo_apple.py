@@ -128,7 +128,8 @@ def test_fedfomo_with_fedavg_weights_is_fedavg(ragged, device):
 
 
 def test_two_apple_rounds_are_its_paper(ragged, device):
-    cfg = small_cfg(device=device, **COMMON, algo="apple", apple_dr_lr=0.01, apple_mu=0.5, backend="loop")
+    cfg = small_cfg(device=device, **COMMON, algo="apple", apple_dr_lr=0.01, apple_mu=0.5, apple_fade_rounds=2,
+                    backend="loop")
     sim, run = run_sim(cfg, ragged)
     fed = sim.data  # the clients' data on the run's device
     names = sim.param_names
@@ -136,7 +137,7 @@ def test_two_apple_rounds_are_its_paper(ragged, device):
     n = torch.as_tensor(fed.train_sizes, dtype=torch.float32, device=device)
     p, p0 = torch.full((5, 5), 0.2, device=device), n / n.sum()
     cores = {c: state(sim.model) for c in range(5)}
-    for t, lam in ((1, 1.0), (2, 0.5)):  # λ(t) = (1 + cos(π(t − 1)/2))/2 over T = 2 rounds, L = 1
+    for t, lam in ((1, 1.0), (2, 0.5)):  # λ(t) = (1 + cos(π(t − 1)/2))/2, fading over 2 rounds
         if t == 2:  # evaluated: Σ_j p_ij θ_j, before training
             for c in range(5):
                 x, y = fed.client_test(c)

@@ -12,8 +12,8 @@ and, on each batch of its local epochs, with g = ∇ℓ(θ̃_i) the gradient of 
     θ_i  ← θ_i − η · p_ii · g                                     (∂ℓ/∂θ_i = p_ii·g)
     p_ij ← p_ij − η_p · (⟨g, θ_j⟩ + λ(t)·μ·(p_ij − p⁰_j))          for every j (∂ℓ/∂p_ij = ⟨g, θ_j⟩)
 
-then uploads θ_i. λ(t) = (1 + cos(π(t − 1)/(L·T)))/2 for t − 1 < L·T, else 0 (T rounds): the pull of p_i
-towards p⁰ (p⁰_j = n_j / Σ n, the train-sample shares) fades over the first L·T rounds, moving the training from
+then uploads θ_i. λ(t) = (1 + cos(π(t − 1)/F))/2 for t − 1 < F, else 0 (F = ``apple_fade_rounds``): the pull
+of p_i towards p⁰ (p⁰_j = n_j / Σ n, the train-sample shares) fades over the first F rounds, moving the training from
 the federation's objective towards the client's own (the paper's loss scheduler; its equation numbers are not
 restated here). Evaluated: each client's personalised model θ̃_i (built from the core models it downloaded
 this round, before its training). Communication: N − 1 core models down per client per round (every client
@@ -25,8 +25,9 @@ pFL-APPLE, starts it at p⁰); p⁰ = train-sample shares (both); η = the run's
 (the official code's ``lr_coef``; PFLlib's ``dr_learning_rate`` defaults to 0, which freezes p at uniform: each
 client's personalised model is then the mean of the cores and APPLE learns poorly, 19 % on the teach problem
 against 90 % at 0.001); ``apple_mu`` = μ = 0.1 (the official code's ``mu``, whose penalty μ‖p_i − p⁰‖² pulls
-twice as hard as the gradient λμ(p_ij − p⁰_j) here, which is PFLlib's; PFLlib reads FedProx's ``mu``, default 0); ``apple_L`` = L = 1 (PFLlib's ``L``: the pull fades over the whole run; the official code fades it
-over the first 10 % of the rounds, exponentially by default). Plain SGD for both (the official code uses
+twice as hard as the gradient λμ(p_ij − p⁰_j) here, which is PFLlib's; PFLlib reads FedProx's ``mu``, default 0); ``apple_fade_rounds`` = 50 (PFLlib's L·T as a count of rounds, so round t never depends on the run's
+length; PFLlib's default L = 1 fades the pull over the whole run, the official code over the first 10 % of the
+rounds, exponentially by default). Plain SGD for both (the official code uses
 momentum 0.9).
 
 Departures from PFLlib: the core model's step is η·p_ii·g, its exact gradient, as in the official code (PFLlib
@@ -53,7 +54,7 @@ import torch
 from torch.func import functional_call, grad_and_value
 
 from ..compute.steps import recipe_step, weighted_ce
-from ..params import Float, Param
+from ..params import Float, Int, Param
 from .base import Aggregated, Algorithm, Round, Sent, Setup, Trained, Work
 from .registry import make_spec
 
@@ -65,9 +66,8 @@ class AppleState:
     p: torch.Tensor
 
 
-def schedule(t: int, rounds: int, L: float) -> float:
-    """λ(t): (1 + cos(π(t − 1)/⌊L·T⌋))/2 while t − 1 < ⌊L·T⌋, then 0."""
-    span = int(L * rounds)
+def schedule(t: int, span: int) -> float:
+    """λ(t): (1 + cos(π(t − 1)/span))/2 while t − 1 < span, then 0 (span = ``apple_fade_rounds``, PFLlib's L·T)."""
     return 0.5 * (1 + math.cos(math.pi * (t - 1) / span)) if t - 1 < span else 0.0
 
 
@@ -123,7 +123,7 @@ class APPLE(Algorithm):
     def local_train(self, rnd: Round, work: Work) -> Trained:
         c = work.clients
         n = torch.as_tensor(rnd.setup.train_sizes, dtype=torch.float32, device=rnd.device)
-        prox = schedule(rnd.t, self.cfg.rounds, self.cfg.apple_L) * self.cfg.apple_mu
+        prox = schedule(rnd.t, self.cfg.apple_fade_rounds) * self.cfg.apple_mu
         carry = {**rnd.models(c), "p": rnd.state.p[c], "start": {k: v[c] for k, v in rnd.local_params.items()},
                  "me": torch.nn.functional.one_hot(c, rnd.num_clients).to(rnd.state.p.dtype)}
         shared = {"cores": rnd.local_params, "p0": n / n.sum(), "prox": torch.tensor(prox, device=rnd.device)}
@@ -141,8 +141,9 @@ PARAMS = (
           "official code's lr_coef; PFLlib's dr_learning_rate, default 0 there: p stays uniform)", short="η_p"),
     Param("apple_mu", 0.1, Float(0), "APPLE: μ, the pull of p_i towards the train-sample shares, times λ(t) "
           "(the official code's 0.1)", short="μ"),
-    Param("apple_L", 1.0, Float(0), "APPLE: L, the pull fades (cosine) over the first L·rounds rounds (PFLlib's L; "
-          "0: no pull)"),
+    Param("apple_fade_rounds", 50, Int(0, 100_000), "APPLE: the pull fades (cosine) to 0 over this many first "
+          "rounds (PFLlib's L·T, as a count of rounds so that a run's start never depends on its length; 0: no "
+          "pull)"),
 )
 
 SPEC = make_spec("apple", APPLE, label="APPLE", params=PARAMS, colour="mediumvioletred", line_style=":",

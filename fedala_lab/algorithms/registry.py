@@ -66,6 +66,9 @@ class AlgorithmSpec:
     divergence_hint: Callable | None = None
     # whether its runs keep per-client records of the tracked clients (branching must then keep them too)
     tracks_clients: bool = False
+    # whether round t depends on the earlier rounds only, never on the run's total ``cfg.rounds``: then the
+    # store continues a shorter run of the same config into a longer one. False: every length computed anew.
+    horizon_free: bool = True
     # its communication per client and round in the FedALA paper's notation (its Table 3): Σ a model, α_f the
     # share of the feature extractor, M the client models downloaded
     communication: str = "Σ"
@@ -127,6 +130,10 @@ class Resolved:
     def tracks_clients(self) -> bool:
         return self.base.tracks_clients or any(m.tracks_clients for m in self.modifiers)
 
+    @property
+    def horizon_free(self) -> bool:
+        return self.base.horizon_free
+
     def check(self, cfg) -> None:
         if self.base.check is not None:
             self.base.check(cfg)
@@ -177,8 +184,8 @@ def make_spec(name: str, build: Callable, *, label: str | None = None, params: S
               colour: str | None = None, line_style: str = "-", category: str = "",
               modifiers: Sequence[str] = ("ala",), keeps_stragglers: bool = False,
               variants: dict[str, Look] | None = None, check: Callable | None = None,
-              divergence_hint: Callable | None = None, tracks_clients: bool = False, communication: str = "Σ",
-              doc: str = "", builtin: bool = False) -> AlgorithmSpec:
+              divergence_hint: Callable | None = None, tracks_clients: bool = False, horizon_free: bool = True,
+              communication: str = "Σ", doc: str = "", builtin: bool = False) -> AlgorithmSpec:
     """An :class:`AlgorithmSpec` from :func:`register_algorithm`'s arguments, not yet registered."""
     if not isinstance(name, str) or not name or not all(c.islower() or c.isdigit() or c in "_-" for c in name):
         raise ValueError(f"algorithm name {name!r}: use lower-case letters, digits, '_' and '-'")
@@ -188,7 +195,7 @@ def make_spec(name: str, build: Callable, *, label: str | None = None, params: S
                          line_style=line_style, category=category, modifiers=tuple(modifiers),
                          keeps_stragglers=keeps_stragglers, variants=dict(variants or {}), check=check,
                          divergence_hint=divergence_hint, tracks_clients=tracks_clients,
-                         communication=communication, doc=doc, builtin=builtin)
+                         horizon_free=horizon_free, communication=communication, doc=doc, builtin=builtin)
 
 
 def register_algorithm(name: str, build: Callable, **settings) -> AlgorithmSpec:
@@ -200,7 +207,9 @@ def register_algorithm(name: str, build: Callable, **settings) -> AlgorithmSpec:
     takes them like any setting — ``RunConfig(algo=name, server_beta=0.5)``, ``--set server_beta=0.5`` —,
     checks them, and puts all of them in the run key), ``colour`` and ``line_style`` (in every figure),
     ``modifiers`` (which apply: ``"ala"`` makes ``name+ala``; default ("ala",)), ``category``,
-    ``keeps_stragglers``, ``check(cfg)``, ``divergence_hint(cfg)``, ``tracks_clients``, ``communication``
+    ``keeps_stragglers``, ``check(cfg)``, ``divergence_hint(cfg)``, ``tracks_clients``, ``horizon_free``
+    (default True: round t never reads the run's total ``cfg.rounds``; say False if yours does, and the store
+    never continues a shorter run of it into a longer one), ``communication``
     (the paper's notation of its traffic per client and round), ``doc``. See
     docs/extending.md. Registering a name again replaces your earlier registration (a notebook cell run
     twice); a built-in name cannot be replaced."""

@@ -31,7 +31,9 @@ class FederatedData:
     test_y: torch.Tensor
     test_offsets: np.ndarray
     # the DataConfig this data was built from (None: given as arrays); a run on it keeps its config's key
+    # while the content is still what was built (``built``: its content hash then), see :meth:`config`
     source: DataConfig | None = None
+    built: str | None = None
 
     # -- construction ------------------------------------------------------------------------------
 
@@ -81,14 +83,14 @@ class FederatedData:
                             "differs): make the config again to use them as they are now")
         key = (_data_key(cfg), str(device))
         hit = _CACHE.get(key)
-        if hit is not None:
+        if hit is not None and hit.fingerprint() == hit.built:  # edited in place by a caller: build afresh
             _CACHE.move_to_end(key)
             return hit
         if cfg.is_custom:
             raise ConfigError("dataset", cfg.dataset, "a data set fedala_lab can load",
                               "custom: data exists only as arrays: pass it as data= (FederatedData.from_arrays)")
         data = _build(cfg, device)
-        data.source = cfg
+        data.source, data.built = cfg, data.fingerprint()
         _CACHE[key] = data
         while len(_CACHE) > 4:
             _CACHE.popitem(last=False)
@@ -161,35 +163,36 @@ class FederatedData:
             return self
         moved = FederatedData(self.name, self.num_classes, self.class_names,
                               self.train_x.to(dev), self.train_y.to(dev), self.train_offsets,
-                              self.test_x.to(dev), self.test_y.to(dev), self.test_offsets, self.source)
-        moved._fingerprint = getattr(self, "_fingerprint", None)
+                              self.test_x.to(dev), self.test_y.to(dev), self.test_offsets, self.source, self.built)
         return moved
 
     # -- identity ----------------------------------------------------------------------------------
 
     def fingerprint(self) -> str:
         """SHA-256 (hex) of what the clients hold: every tensor's dtype, shape and values, the split offsets
-        and the number of classes. Computed once (the tensors are treated as read-only)."""
-        hit = getattr(self, "_fingerprint", None)
-        if hit is None:
-            import hashlib
+        and the number of classes. Hashed at every call, never remembered: the tensors can be edited in place,
+        and a run must be stored under the data it ran on."""
+        import hashlib
 
-            h = hashlib.sha256(f"{self.num_classes}|".encode())
-            for t in (self.train_x, self.train_y, self.test_x, self.test_y):
-                c = t.detach().cpu().contiguous()
-                h.update(f"{c.dtype}|{tuple(c.shape)}|".encode())
-                h.update(c.numpy().tobytes())
-            for off in (self.train_offsets, self.test_offsets):
-                h.update(np.asarray(off, dtype=np.int64).tobytes())
-            hit = self._fingerprint = h.hexdigest()
-        return hit
+        h = hashlib.sha256(f"{self.num_classes}|".encode())
+        for t in (self.train_x, self.train_y, self.test_x, self.test_y):
+            c = t.detach().cpu().contiguous()
+            h.update(f"{c.dtype}|{tuple(c.shape)}|".encode())
+            h.update(c.numpy().tobytes())
+        for off in (self.train_offsets, self.test_offsets):
+            h.update(np.asarray(off, dtype=np.int64).tobytes())
+        return h.hexdigest()
 
     def config(self) -> DataConfig:
-        """The DataConfig that names this data: the one it was built from, else ``custom:<name>`` with its
-        content hash."""
+        """The DataConfig that names this data as it is now: the one it was built from while its content is
+        what was built, else ``custom:<name>`` with its content hash (data edited in place after
+        :meth:`from_config` is ``custom:<dataset>-edited``)."""
+        name = self.name
         if self.source is not None:
-            return self.source
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.name) or "data"
+            if self.fingerprint() == self.built:
+                return self.source
+            name = f"{self.source.dataset.split(':')[-1]}-edited"
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "data"
         return DataConfig(dataset=CUSTOM_PREFIX + safe, num_clients=self.num_clients, content=self.fingerprint())
 
 

@@ -441,6 +441,7 @@ class Simulation:
                     **(self.backend.info() if hasattr(self.backend, "info") else {}),
                     "torch_threads": torch.get_num_threads(),
                     "threads_choice": "cfg.threads" if self.cfg.threads is not None else "auto"},
+            "code": self.cfg.code(),  # what computed it (the run key covers it)
             "param_names": self.param_names,
             "param_shapes": {k: list(v.shape[1:]) for k, v in self.local_params.items()},
             **self.algo.meta(self.state),

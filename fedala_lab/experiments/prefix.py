@@ -82,6 +82,8 @@ def refusal(stored: RunConfig, t: int, cfg: RunConfig) -> str:
         return "it is the run itself"
     if prefix_key(stored, t) != prefix_key(cfg, t):
         return f"the runs differ before round {t + 1}"
+    if stored.rounds != cfg.rounds and not (stored.algorithm.horizon_free and cfg.algorithm.horizon_free):
+        return "its algorithm reads the run's total rounds (horizon_free=False): every length is its own run"
     if evaluated(stored, t) != evaluated(cfg, t):
         return (f"round {t} is evaluated by one run only (eval_every={cfg.eval_every}; the last round is always "
                 "evaluated)")

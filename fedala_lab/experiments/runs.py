@@ -29,13 +29,29 @@ from .plans import comparison_configs, fig4_configs
 from .prefix import extends, find_prefix, state_carry
 from .presets import check_partition
 
+CACHE_MODES = ("use", "refresh", "off")
+
+
+def cache_mode(cache: str, force: bool = False) -> str:
+    """``cache`` checked (one of :data:`CACHE_MODES`), with the older ``force=True`` meaning "refresh"."""
+    if cache not in CACHE_MODES:
+        raise ConfigError("cache", cache, "use (serve the stored run of the identical config and code), refresh "
+                          "(recompute and replace it) or off (compute without reading or writing the store)")
+    return "refresh" if force and cache == "use" else cache
+
 
 def get_or_run(cfg: RunConfig, store: RunStore | RunCache | str | Path | None = None, *, data=None, model=None,
                progress: bool = True, callback: Callable | None = None, resume: bool = True,
                force: bool = False, needs: Callable[[Run], bool] | None = None, branch: bool = True,
-               workers=None) -> Run:
+               workers=None, cache: str = "use") -> Run:
     """The finished run of ``cfg`` from ``store``, or simulate it (resuming a checkpoint, or branching from a
     stored run) and save it there.
+
+    A stored run is served, resumed or continued only when its key equals ``cfg``'s: the same settings, the
+    same data content, the same custom model (code and weights) and the same code — fedala_lab's computing
+    modules and a registered algorithm's own class (docs/design.md#run-identity). ``cache``: "use" (the
+    default), "refresh" (recompute from round 1 and replace the stored run; ``force=True`` says the same) or
+    "off" (compute now, neither reading nor writing the store).
 
     ``store``: a RunStore, a :class:`RunCache`, a folder, or None (``$FEDALA_LAB_RUNS`` or ``./runs``).
     ``data``, ``model``: the clients' data and an ``nn.Module`` of your own (see ``simulate``); the run is then
@@ -56,6 +72,10 @@ def get_or_run(cfg: RunConfig, store: RunStore | RunCache | str | Path | None = 
     A damaged folder is reported and replaced. The config (and the data it names) is checked before
     anything is written: a bad value leaves the store untouched.
     """
+    cache = cache_mode(cache, force)
+    if cache == "off":
+        return run_unsaved(cfg, data=data, model=model, progress=progress, callback=callback, workers=workers)
+    force = cache == "refresh"
     if isinstance(store, RunCache):
         return store.get_or_run(cfg, data=data, model=model, progress=progress, callback=callback, resume=resume,
                                 force=force, needs=needs, branch=branch, workers=workers)

@@ -1,0 +1,85 @@
+"""Horizon independence, enforced: round t of a run depends on the earlier rounds only, never on the run's total
+``rounds``, so the run store may continue a stored 3-round run to 5 rounds. For every registered algorithm and
+every variant (``+ala``, ``-c``) the continued run equals a fresh 5-round run exactly: every recorded number
+but wall-clock seconds, every recorded array, and the final engine state (models, buffers, the algorithm's
+state). An algorithm that declares ``horizon_free=False`` is never continued (its 5-round run starts afresh)."""
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import small_cfg
+
+import fedala_lab as fl
+from fedala_lab.algorithms import registry
+from fedala_lab.experiments.runs import get_or_run
+from fedala_lab.record.store import RunStore
+
+SECONDS = ["seconds", "init_seconds", "eval_seconds", "train_seconds", "aggregate_seconds", "method_seconds"]
+
+
+def _drop_seconds(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.drop(columns=[c for c in frame.columns if c in SECONDS or c.endswith("_seconds")])
+
+
+def _get(cfg, store, data):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the ragged data's client without a batch is announced
+        return get_or_run(cfg, store, data=data, progress=False)
+
+
+def _assert_exactly_equal(a, b, store_a, store_b):
+    pd.testing.assert_frame_equal(_drop_seconds(a.clients), _drop_seconds(b.clients), check_exact=True)
+    pd.testing.assert_frame_equal(_drop_seconds(a.rounds), _drop_seconds(b.rounds), check_exact=True)
+    assert sorted(a.tables) == sorted(b.tables)
+    for name in a.tables:
+        pd.testing.assert_frame_equal(_drop_seconds(a.tables[name]), _drop_seconds(b.tables[name]),
+                                      check_exact=True, obj=name)
+    assert sorted(a.arrays) == sorted(b.arrays)
+    for k in a.arrays:
+        np.testing.assert_array_equal(a.arrays[k], b.arrays[k], err_msg=k)
+    sa, sb = store_a.load_state(a.path, a.config.rounds), store_b.load_state(b.path, b.config.rounds)
+    assert sorted(sa) == sorted(sb)
+    for part in ("global", "local", "buffers"):
+        assert sa[part].keys() == sb[part].keys()
+        for k in sa[part]:
+            assert torch.equal(sa[part][k], sb[part][k]), (part, k)
+    torch.testing.assert_close(sa["state"], sb["state"], atol=0, rtol=0, equal_nan=True)
+
+
+def _every_algorithm() -> list[str]:
+    import fedala_lab.algorithms  # noqa: F401 - the built-ins are registered on import
+
+    return [n for n in registry.names() if registry.resolve(n).base.builtin]
+
+
+@pytest.mark.parametrize("algo", _every_algorithm())
+def test_a_continued_run_equals_a_fresh_run_of_its_length(algo, ragged, tmp_path):
+    cfg = small_cfg(algo=algo, shuffle=True, join_ratio=0.6)
+    assert registry.resolve(algo).horizon_free, f"{algo} declares that it reads the run's total rounds"
+    continued, fresh = RunStore(tmp_path / "continued"), RunStore(tmp_path / "fresh")
+    _get(cfg.replace(rounds=3), continued, ragged)
+    longer = _get(cfg.replace(rounds=5), continued, ragged)
+    assert longer.meta["branched_from"]["round"] == 3, "the 5-round run did not continue the stored 3 rounds"
+    _assert_exactly_equal(longer, _get(cfg.replace(rounds=5), fresh, ragged), continued, fresh)
+
+
+class ToTheEnd(fl.Algorithm):
+    """FedAvg whose server step shrinks towards the run's end: it reads ``cfg.rounds``, so it says so."""
+
+    def aggregate(self, rnd, senders):
+        mean = rnd.weighted_mean(senders)
+        w = rnd.t / self.cfg.rounds
+        return fl.Aggregated({n: g + w * (mean.params[n] - g) for n, g in rnd.global_params.items()}, mean.bytes)
+
+
+def test_an_algorithm_that_reads_the_horizon_is_never_continued(ragged, tmp_path):
+    fl.register_algorithm("to-the-end", ToTheEnd, horizon_free=False, modifiers=())
+    cfg = small_cfg(algo="to-the-end")
+    store, fresh = RunStore(tmp_path / "a"), RunStore(tmp_path / "b")
+    _get(cfg.replace(rounds=3), store, ragged)
+    longer = _get(cfg.replace(rounds=5), store, ragged)
+    assert "branched_from" not in longer.meta
+    _assert_exactly_equal(longer, _get(cfg.replace(rounds=5), fresh, ragged), store, fresh)

@@ -1,0 +1,181 @@
+"""A run's identity is everything that computes it (docs/design.md#run-identity): the config, the code (fedala_lab's
+computing modules, a registered algorithm's class, a custom model's class), the data content at the moment of
+the call and a custom model's weights. Edit any of them and the store neither serves nor continues the old run."""
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import fedala_lab as fl
+from fedala_lab.errors import ConfigError
+from fedala_lab.experiments.runs import get_or_run
+from fedala_lab.fingerprint import _source_digest, code_fingerprint, package_fingerprint
+from fedala_lab.record.store import RunStore
+
+ROOT = Path(fl.__file__).resolve().parent
+
+
+def _tiny(**kw):
+    return fl.preset("teach-digits", num_clients=4, rounds=2, **kw)
+
+
+def _get(cfg, store, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return get_or_run(cfg, store, progress=False, **kw)
+
+
+def _mixing(factor: float):
+    class Mixing(fl.Algorithm):
+        """The server moves the global model ``factor`` of the way to the clients' mean."""
+
+        def aggregate(self, rnd, senders):
+            mean = rnd.weighted_mean(senders)
+            return fl.Aggregated({n: g + factor * (mean.params[n] - g) for n, g in rnd.global_params.items()},
+                                 mean.bytes)
+
+    return Mixing
+
+
+def test_an_edited_algorithm_is_another_run_and_never_continues_the_old_one(tmp_path):
+    store = RunStore(tmp_path)
+    fl.register_algorithm("mixing", _mixing(1.0))
+    cfg = _tiny(algo="mixing")
+    old = _get(cfg, store)
+    fl.register_algorithm("mixing", _mixing(0.3))  # the same name, edited code (a notebook cell run again)
+    new = _get(cfg, store)
+    assert new.path != old.path  # stored apart: the key, taken when each was asked for, holds the code
+    assert new.summary()["final_acc"] != old.summary()["final_acc"]
+    longer = _get(cfg.replace(rounds=4), store)
+    assert longer.meta["branched_from"]["run"] == new.path.name  # the new code's run, never the old one's
+    assert longer.meta["code"]["algorithm"] == code_fingerprint(_mixing(0.3))
+    fresh = _get(cfg.replace(rounds=4), None, cache="off")
+    assert longer.rounds["acc"].tolist() == fresh.rounds["acc"].tolist()
+
+
+def test_a_method_replaced_on_the_class_changes_the_fingerprint():
+    cls = _mixing(1.0)
+    before = code_fingerprint(cls)
+    cls.aggregate = lambda self, rnd, senders: None
+    assert code_fingerprint(cls) != before
+
+
+def test_the_fingerprint_covers_module_level_constants_and_helpers(tmp_path):
+    mod = tmp_path / "mine_fp.py"
+    src = textwrap.dedent("""
+        import fedala_lab as fl
+        STEP = {step}
+        def helper(x):
+            return x * {k}
+        class Mine(fl.Algorithm):
+            def aggregate(self, rnd, senders):
+                return helper(STEP)
+    """)
+    prints = []
+    for step, k in ((0.5, 2), (0.5, 2), (0.7, 2), (0.5, 3)):
+        mod.write_text(src.format(step=step, k=k))
+        out = subprocess.run([sys.executable, "-c", ("import mine_fp; from fedala_lab.fingerprint import "
+                              "code_fingerprint as f; print(f(mine_fp.Mine))")], cwd=tmp_path, capture_output=True,
+                             text=True, check=True, env={**os.environ, "PYTHONHASHSEED": str(len(prints))})
+        prints.append(out.stdout.strip())
+    assert prints[0] == prints[1]  # the same code in two processes with other hash seeds
+    assert len(set(prints)) == 3  # a constant it reads, or a helper it calls, edited: another fingerprint
+
+
+def test_an_edited_custom_model_is_another_model(tmp_path):
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(64, 10)
+
+        def forward(self, x):
+            return self.lin(x.flatten(1))
+
+    torch.manual_seed(0)
+    net, cfg = Net(), _tiny(algo="fedavg")
+    first = _get(cfg, RunStore(tmp_path), model=net)
+    Net.forward = lambda self, x: self.lin(x.flatten(1) * 0.5)  # the same weights and repr, another forward
+    second = _get(cfg, RunStore(tmp_path), model=net)
+    assert first.config.model != second.config.model
+    assert first.summary()["final_acc"] != second.summary()["final_acc"]
+
+
+def test_data_edited_in_place_is_keyed_by_its_content_at_the_call(tmp_path):
+    store = RunStore(tmp_path)
+    cfg = _tiny(algo="fedavg")
+    data = fl.FederatedData.from_config(cfg.data)
+    built = _get(cfg, store, data=data)
+    assert built.config.data == cfg.data  # unedited: the built-in data's own key
+    data.train_x[0, 0, 0, 0] += 0.5
+    edited = _get(cfg, store, data=data)
+    assert edited.config.data.dataset == "custom:digits-edited" and edited.config.key() != built.config.key()
+    again = fl.FederatedData.from_config(cfg.data)  # the memo never hands out the edited object
+    assert again is not data and again.config() == cfg.data
+
+    arrays = fl.FederatedData.from_arrays(
+        train=[(torch.randn(6, 3), torch.tensor([0, 1, 0, 1, 0, 1])) for _ in range(2)],
+        test=[(torch.randn(2, 3), torch.tensor([0, 1])) for _ in range(2)], num_classes=2, name="mine")
+    before = arrays.config()
+    arrays.train_x[0, 0] += 1.0
+    assert arrays.config().content != before.content
+
+
+def test_a_folder_whose_manifest_names_other_code_is_not_served(tmp_path):
+    import json
+
+    store = RunStore(tmp_path)
+    cfg = _tiny(algo="fedavg")
+    run = _get(cfg, store)
+    man = run.path / "manifest.json"
+    m = json.loads(man.read_text())
+    m["key"] = "0" * 12  # as written by other code
+    man.write_text(json.dumps(m))
+    assert store.status(cfg).state == "damaged"
+    with pytest.warns(UserWarning, match="another configuration or code"):
+        assert store.find(cfg) is None
+
+
+def test_cache_modes(tmp_path):
+    store = RunStore(tmp_path)
+    cfg = _tiny(algo="fedavg")
+    off = _get(cfg, store, cache="off")
+    assert not store.root.exists() or not any(store.root.iterdir())  # neither read nor written
+    stored = _get(cfg, store)
+    assert stored.path is not None and stored.rounds["acc"].tolist() == off.rounds["acc"].tolist()
+    stamp = (stored.path / "manifest.json").stat().st_mtime_ns
+    assert _get(cfg, store).path == stored.path and (stored.path / "manifest.json").stat().st_mtime_ns == stamp
+    refreshed = _get(cfg, store, cache="refresh")
+    assert (refreshed.path / "manifest.json").stat().st_mtime_ns != stamp
+    with pytest.raises(ConfigError, match="cache='sometimes' is not allowed: use .*refresh.*off"):
+        _get(cfg, store, cache="sometimes")
+
+
+def test_docstrings_and_comments_do_not_change_the_package_fingerprint_code_does(tmp_path):
+    a, b, c = tmp_path / "a.py", tmp_path / "b.py", tmp_path / "c.py"
+    a.write_text('"""Module."""\nX = 1  # one\n\ndef f():\n    """Doc."""\n    return X\n')
+    b.write_text('"""Another text."""\n# a comment\nX = 1\n\n\ndef f():\n    return X\n')
+    c.write_text('"""Module."""\nX = 2\n\ndef f():\n    """Doc."""\n    return X\n')
+    assert _source_digest(a) == _source_digest(b) != _source_digest(c)
+
+
+def test_an_edited_install_has_another_package_fingerprint(tmp_path):
+    copy = tmp_path / "fedala_lab"
+    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    code = "from fedala_lab.fingerprint import package_fingerprint as f; print(f())"
+
+    def fingerprint():
+        env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+        return subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    assert fingerprint() == package_fingerprint()  # the same files, another folder: the same code
+    plans = copy / "compute" / "plans.py"
+    plans.write_text(plans.read_text() + "\nEDITED = 1\n")
+    assert fingerprint() != package_fingerprint()
