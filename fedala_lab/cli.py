@@ -15,12 +15,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 from . import webapp
 from .algorithms import registry
+from .algorithms.plugins import env_modules, load_plugins
 from .analysis.tables import data_title, sweep_table, table_markdown
 from .config import (
     BACKENDS,
@@ -35,10 +37,10 @@ from .config import (
     with_settings_file,
 )
 from .environ import check_environment
-from .errors import ConfigError, FedalaError, TrainingDiverged
+from .errors import ConfigError, FedalaError, SweepFailed, TrainingDiverged
 from .experiments.plans import PLAN_NAMES, SWEEPS, SweepSpec, axis_name, sweep_preset
 from .experiments.presets import check_partition, preset
-from .experiments.runs import get_or_run
+from .experiments.runs import CACHE_MODES, get_or_run
 from .experiments.sweeps import run_sweep
 from .record.run import json_safe
 from .record.store import RunStore
@@ -157,7 +159,7 @@ def cmd_run(args) -> int:
     for cfg in cfgs:
         try:
             run = get_or_run(cfg, store, data=data, progress=not args.no_progress and not args.json,
-                             force=args.force)
+                             force=args.force, cache=args.cache)
         except TrainingDiverged as err:
             # the other algorithms still run; the command ends non-zero with the message, every time
             failed.append(f"{cfg.algo}: {err}")
@@ -310,10 +312,15 @@ def cmd_sweep(args) -> int:
             workers = int(workers)
         except ValueError:
             raise ConfigError("workers", workers, "a whole number >= 1 or auto") from None
-    result = run_sweep(spec, store=store, workers=workers, ray=args.ray, ray_address=args.ray_address,
-                       shared_store=True if args.shared_store else None, threads=args.threads,
-                       gpus_per_run=args.gpus_per_run, force=args.force,
-                       progress=not args.no_progress and not args.json)
+    try:
+        result = run_sweep(spec, store=store, workers=workers, ray=args.ray, ray_address=args.ray_address,
+                           shared_store=True if args.shared_store else None, threads=args.threads,
+                           gpus_per_run=args.gpus_per_run, force=args.force or args.cache == "refresh",
+                           progress=not args.no_progress and not args.json)
+    except SweepFailed as err:  # the table of what finished, marked incomplete; every failure on stderr
+        if err.result is None:
+            raise
+        result = err.result
     by = list(spec.table_by())
     table = sweep_table(result, by)
     if args.json:
@@ -323,6 +330,8 @@ def cmd_sweep(args) -> int:
         print(f"sweep {spec.name}: {len(pairs)} grid points, {n_unique} distinct runs "
               f"({result.computed} computed, {n_unique - result.computed - len(result.failed)} from the store), "
               f"{result.seconds:.1f} s")
+        if result.failed:
+            print(f"INCOMPLETE: {len(result.failed)} run(s) failed (below, on stderr); the table lacks them")
         print(table_markdown(table, by))
     if args.out:
         for p in save_sweep(result, args.out, by):
@@ -384,13 +393,24 @@ def _add_run(sub) -> None:
     r.add_argument("--store", default=None, help="run store folder (default: $FEDALA_LAB_RUNS or ./runs)")
     r.add_argument("--json", action="store_true", help="one JSON object per algorithm on stdout")
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
-    r.add_argument("--force", action="store_true", help="recompute even if the store has the run")
+    r.add_argument("--force", action="store_true", help="recompute even if the store has the run (--cache refresh)")
+    r.add_argument("--cache", choices=CACHE_MODES, default="use",
+                   help="use (default): serve a stored run of the identical config, data and code; refresh: "
+                        "recompute and replace it; off: compute without reading or writing the store")
+    _add_plugin_flag(r)
     r.set_defaults(func=cmd_run)
+
+
+def _add_plugin_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                   help="import MODULE first (from the current folder or PYTHONPATH): it registers your "
+                        "algorithms (repeatable; installed plugins and $FEDALA_LAB_PLUGINS load by themselves)")
 
 
 def _add_methods(sub) -> None:
     m = sub.add_parser("methods", help="list every algorithm: its name, paper, category, hyper-parameters, +ALA")
     m.add_argument("--json", action="store_true", help="one JSON object per algorithm")
+    _add_plugin_flag(m)
     m.set_defaults(func=cmd_methods)
 
 
@@ -433,6 +453,7 @@ def _add_data(sub) -> None:
 def _add_app(sub) -> None:
     a = sub.add_parser("app", help="start the lecture app (Gradio) on http://127.0.0.1:7860")
     webapp.add_arguments(a)  # shared with app.py
+    _add_plugin_flag(a)
     a.set_defaults(func=webapp.cmd_app)
 
 
@@ -454,6 +475,7 @@ def _add_figures(sub) -> None:
     p.add_argument("--device", default=None, help="override every run's device (auto, cpu, cuda)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--list", action="store_true", help="list the figures and exit")
+    _add_plugin_flag(p)
     p.set_defaults(func=cmd_figures)
 
 
@@ -485,7 +507,11 @@ def _add_sweep(sub) -> None:
     p.add_argument("--dry-run", action="store_true", help="list the grid points and what is stored; run nothing")
     p.add_argument("--json", action="store_true", help="the table as one JSON object per row")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--force", action="store_true", help="recompute runs even if the store has them")
+    p.add_argument("--force", action="store_true", help="recompute runs even if the store has them (--cache refresh)")
+    p.add_argument("--cache", choices=CACHE_MODES[:2], default="use",
+                   help="use (default): skip runs stored with the identical config, data and code; refresh: "
+                        "recompute them")
+    _add_plugin_flag(p)
     p.set_defaults(func=cmd_sweep)
 
 
@@ -498,6 +524,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         check_environment()  # a bad $FEDALA_LAB_… is refused before any work, whatever the command
+        env_modules()  # $FEDALA_LAB_PLUGINS: module names, or one line saying what it may hold
+        if getattr(args, "plugin", None):  # before any algorithm name is checked
+            load_plugins([m for item in args.plugin for m in item.split(",")], paths=[os.getcwd()])
         return args.func(args)
     except FedalaError as err:
         sys.stderr.write(f"fedala-lab: error: {err}\n")

@@ -76,6 +76,15 @@ class TrainingDiverged(FedalaError, RuntimeError):
         self.run = run
 
 
+class SweepFailed(FedalaError):
+    """Some runs of a sweep failed. ``result`` is the sweep's result without them (``result.failed``: every
+    failed run's key and reason), so a caller can still see what finished."""
+
+    def __init__(self, message: str, result=None):
+        super().__init__(message)
+        self.result = result
+
+
 class RunCancelled(FedalaError):
     """A run was stopped by its caller (the app's Stop button). Its last checkpoint can be resumed; ``run``
     holds what was recorded up to that point (a Run with status "partial")."""

@@ -15,7 +15,8 @@ name a composition: ``fedala`` is ``fedavg+ala``, labelled FedALA.
     >>> register_algorithm("fedavgm", FedAvgM, label="FedAvgM", params=[Param("server_beta", 0.9, ...)])
 
 Built-in algorithms (each module's ``SPEC``) are registered when the package ``fedala_lab.algorithms`` is
-imported (catalog.py), which any import of this module does first.
+imported (catalog.py), which any import of this module does first; plugins (other modules' algorithms:
+plugins.py) load the first time a name is looked up.
 """
 
 from __future__ import annotations
@@ -151,6 +152,14 @@ class Resolved:
 
 # ----------------------------------------------------------------------------------------- the registry
 
+
+def _plugins() -> None:
+    """Load the installed plugins and ``$FEDALA_LAB_PLUGINS`` once per process (plugins.py)."""
+    from . import plugins
+
+    plugins.autoload()
+
+
 _LOCK = threading.RLock()
 _SPECS: dict[str, AlgorithmSpec] = {}
 _MODIFIERS: dict[str, Modifier] = {}
@@ -282,6 +291,7 @@ def resolve(name: str) -> Resolved:
     :class:`ConfigError` naming ``algo`` and the known names otherwise."""
     if not isinstance(name, str):
         raise ConfigError("algo", name, "one of " + ", ".join(names()))
+    _plugins()
     with _LOCK:
         target, look = _ALIASES.get(name, (name, None))
         try:
@@ -298,6 +308,7 @@ def resolve(name: str) -> Resolved:
 def names() -> list[str]:
     """Every algorithm name a config takes: each base, the aliases after the base they stand on, and each
     base with each modifier it takes."""
+    _plugins()
     with _LOCK:
         out = []
         for spec in _SPECS.values():
@@ -313,6 +324,7 @@ def names() -> list[str]:
 
 def specs() -> list[AlgorithmSpec]:
     """The registered algorithms (bases), in order of registration."""
+    _plugins()
     return list(_SPECS.values())
 
 

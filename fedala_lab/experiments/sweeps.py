@@ -30,7 +30,8 @@ Nothing is lost or left hanging: a diverged run is a grid point with status "div
 without accuracy), a run that fails comes back with its own message from whichever process ran it, and
 settings that cannot work (a GPU per run where there is none, an address where no Ray answers) are refused
 before anything starts. The pool's processes start without re-running the caller's script, so a script
-or notebook cell without ``if __name__ == "__main__":`` can run a sweep.
+or notebook cell without ``if __name__ == "__main__":`` can run a sweep; they import the modules that
+registered the caller's algorithms (a method defined in ``__main__`` itself is refused in one line).
 """
 
 from __future__ import annotations
@@ -44,9 +45,10 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ..algorithms.plugins import check_importable, load_plugins, plugin_modules
 from ..compute.parallel import available_cpus, main_not_rerun
 from ..config import RunConfig
-from ..errors import ConfigError, FedalaError, TrainingDiverged
+from ..errors import ConfigError, FedalaError, SweepFailed, TrainingDiverged
 from ..record.run import run_row
 from ..record.store import open_store
 from .plans import SEED_AXES, SweepSpec
@@ -64,7 +66,7 @@ def _set_threads(threads: int | None) -> None:
 
 
 def _work(cfg_dict: dict, store_root: str | None, force: bool, threads: int | None,
-          rounds_queue=None, train_workers: int | None = None) -> dict | object:
+          rounds_queue=None, train_workers: int | None = None, plugins=()) -> dict | object:
     """Run one config in a worker (process pool or Ray task).
 
     With ``store_root`` the run goes through :func:`get_or_run` there (checkpoints, resume, atomic
@@ -72,9 +74,15 @@ def _work(cfg_dict: dict, store_root: str | None, force: bool, threads: int | No
     ``rounds_queue`` (pool only) receives (key, round) after every round, for the progress bar.
     ``train_workers``: processes per run for local training on a CPU (the "workers" backend): a pool of
     n runs at once gives each cores ÷ n, so that runs and their training processes fit the cores.
+    ``plugins``: (module, folder) pairs to import first (:func:`~fedala_lab.algorithms.plugins.plugin_modules`:
+    the caller's registered algorithms).
     """
     _set_threads(threads)
-    cfg = RunConfig.from_dict(cfg_dict)
+    try:
+        load_plugins([m for m, _ in plugins], paths=[p for _, p in plugins])
+        cfg = RunConfig.from_dict(cfg_dict)
+    except FedalaError as err:
+        return {"key": "", "status": "failed", "message": failure(err)}
     key = cfg.key()
 
     def report(sim, row):
@@ -166,8 +174,10 @@ def run_sweep(spec: SweepSpec, *, store=None, workers: int | str = "auto", ray: 
     ``gpus_per_run``: Ray's ``num_gpus`` per task. ``force``: recompute runs even if stored.
 
     Runs that diverge are kept with status "diverged" (their grid points stay in the frame, and in
-    :attr:`SweepResult.diverged`); runs that fail are listed in ``failed`` with the reason — the sweep goes
-    on either way. Bad settings (``workers``, ``threads``, ``gpus_per_run`` beyond the GPUs there are,
+    :attr:`SweepResult.diverged`). A run that fails does not stop the others, but the sweep then raises
+    :class:`~fedala_lab.errors.SweepFailed` (its ``result`` holds what did finish, ``result.failed`` every
+    reason): a table with holes is never returned as if it were complete. A registered algorithm runs in
+    worker processes when its module is importable (plugins.py); one defined in ``__main__`` is refused there. Bad settings (``workers``, ``threads``, ``gpus_per_run`` beyond the GPUs there are,
     ``ray_address``, the paper's MNIST partition missing) are refused before anything starts. Progress: one
     bar over the grid's distinct runs.
     """
@@ -196,13 +206,16 @@ def run_sweep(spec: SweepSpec, *, store=None, workers: int | str = "auto", ray: 
 
     bar = tqdm(total=len(unique), initial=len(done), desc=f"sweep {spec.name}", unit="run", disable=not progress,
                dynamic_ncols=True)
+    n = _auto_workers(todo[0], len(todo)) if todo and workers == "auto" else workers
+    if todo and (ray or ray_address or n != 1):
+        check_importable({c.algo for c in todo}, "a sweep on Ray" if ray or ray_address else
+                         f"a sweep with {min(n, len(todo))} worker processes")
     try:
         if todo and (ray or ray_address):
             _run_ray(todo, root, force, threads, gpus_per_run, workers, ray_address,
                      shared_store if shared_store is not None else ray_address is None, store, bar, failed,
                      loaded)
         elif todo:
-            n = _auto_workers(todo[0], len(todo)) if workers == "auto" else workers
             if n == 1:
                 _run_sequential(todo, store, force, threads, bar, failed, loaded)
             else:
@@ -225,8 +238,13 @@ def run_sweep(spec: SweepSpec, *, store=None, workers: int | str = "auto", ray: 
         runs.append(run)
         rows.append(_row(run, point, k))
     frame = pd.DataFrame(rows)
-    return SweepResult(spec, frame, runs, failed, computed=len(todo) - len(failed),
-                       seconds=time.perf_counter() - t0)
+    result = SweepResult(spec, frame, runs, failed, computed=len(todo) - len(failed),
+                         seconds=time.perf_counter() - t0)
+    if failed:
+        names = {c.key(): store.name_for(c) for c in unique.values()}
+        raise SweepFailed(f"{len(failed)} of {len(unique)} runs of sweep {spec.name} failed; the first, "
+                          f"{names.get(next(iter(failed)), '?')}: {next(iter(failed.values()))}", result)
+    return result
 
 
 def _row(run, point: dict, key: str) -> dict:
@@ -268,7 +286,7 @@ def _run_sequential(todo, store, force, threads, bar, failed, runs) -> None:
                 if err.run is not None:  # saved by the store with status "diverged"
                     runs[cfg.key()] = err.run
                 result = {"status": "diverged", "message": str(err)}
-            except FedalaError as err:
+            except Exception as err:  # noqa: BLE001 - a failed run (a bug in a hook too) must not stop the others
                 result = err
             _finish(bar, cfg, result, failed)
 
@@ -289,7 +307,9 @@ def _run_pool(todo, root, force, threads, n, bar, failed) -> None:
             pool = stack.enter_context(ProcessPoolExecutor(max_workers=n, mp_context=ctx))
             rounds = manager.Queue()  # workers report each finished round; the bar shows the runs in flight
             per_run = max(1, machine_cpus() // n)  # training processes per run (compute/workers.py)
-            futures = {pool.submit(_work, c.to_dict(), root, force, threads, rounds, per_run): c for c in todo}
+            plugins = plugin_modules()
+            futures = {pool.submit(_work, c.to_dict(), root, force, threads, rounds, per_run, plugins): c
+                       for c in todo}
         by_key = {c.key(): c for c in todo}
         in_flight: dict[str, int] = {}
         pending = set(futures)
@@ -387,7 +407,9 @@ def _run_ray(todo, root, force, threads, gpus, workers, address, shared, store, 
         if gpus > have:  # a task asking for more would wait forever
             raise ConfigError("gpus_per_run", gpus, f"at most the {have:g} GPU(s) of the Ray cluster")
         task = ray.remote(num_cpus=threads or 1, num_gpus=gpus, max_retries=0)(_work)
-        refs = {task.remote(c.to_dict(), root if shared else None, force, threads): c for c in todo}
+        plugins = plugin_modules()
+        refs = {task.remote(c.to_dict(), root if shared else None, force, threads, None, None, plugins): c
+                for c in todo}
         pending = list(refs)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
