@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import POOL_PREFIX
-from ..record.run import Run, run_row
+from ..record.run import Run, run_row, trajectory
 
 
 def runs_frame(runs: Iterable[Run], extra: Iterable[str] = ()) -> pd.DataFrame:
@@ -25,16 +25,22 @@ def accuracy_table(runs: Iterable[Run] | pd.DataFrame, by: Iterable[str] = ("alg
 
     ``runs`` may be Run objects or a frame from :func:`runs_frame`. ``by`` names the columns that define
     a row (default: the algorithm); any config field can be used, e.g. ``by=("algo", "p")``. The std is
-    the sample std (ddof=1) as numpy/pandas report for 5 runs; it is NaN for a single seed.
+    the sample std (ddof=1) as numpy/pandas report for 5 runs; it is NaN for a single seed. ``identical``:
+    the group's seeds all gave the same run (every recorded number equal, :func:`~fedala_lab.record.run.trajectory`),
+    so its std says nothing about seeds — e.g. your own model's weights, your own data and ρ = 1 leave a seed
+    nothing to draw.
     """
     by = list(by)
     df = runs if isinstance(runs, pd.DataFrame) else runs_frame(runs, by)
     if df.empty:
-        return pd.DataFrame(columns=[*by, "best_mean", "best_std", "final_mean", "final_std", "n_seeds"])
+        return pd.DataFrame(columns=[*by, "best_mean", "best_std", "final_mean", "final_std", "n_seeds",
+                                     "identical"])
     g = df.groupby(by, sort=False, dropna=False)
     out = g.agg(best_mean=("best_acc", "mean"), best_std=("best_acc", "std"),
                 final_mean=("final_acc", "mean"), final_std=("final_acc", "std"),
                 n_seeds=("seed", "nunique")).reset_index()
+    same = g["trajectory"].nunique() if "trajectory" in df else None
+    out["identical"] = (out["n_seeds"] > 1) & (same.to_numpy() == 1) if same is not None else False
     return out
 
 
@@ -99,8 +105,8 @@ def seed_table(groups: Mapping[str, Iterable[Run]], reference: str | None = None
     over seeds; with ``reference`` (a label) also ``diff``: each run's best accuracy minus that of the
     reference group's run of the same seed (paired), mean and std over the seeds both groups have.
 
-    Columns: label, n_seeds, best_mean, best_std, final_mean, final_std, spread_mean, spread_std and, with
-    a reference, diff_mean, diff_std. :func:`format_seed_table` writes them as "mean ± std".
+    Columns: label, n_seeds, identical (every seed gave the same run: see :func:`accuracy_table`), best_mean,
+    best_std, final_mean, final_std, spread_mean, spread_std and, with a reference, diff_mean, diff_std. :func:`format_seed_table` writes them as "mean ± std".
     """
     if reference is not None and reference not in groups:
         from ..errors import ConfigError
@@ -110,7 +116,8 @@ def seed_table(groups: Mapping[str, Iterable[Run]], reference: str | None = None
     rows = []
     for label, runs in groups.items():
         runs = list(runs)
-        row = {"label": label, "n_seeds": len({r.config.seed for r in runs})}
+        row = {"label": label, "n_seeds": len({r.config.seed for r in runs}),
+               "identical": len(runs) > 1 and len({trajectory(r) for r in runs}) == 1}
         for name, values in (("best", [100 * r.best_acc for r in runs]), ("final", [100 * r.final_acc for r in runs]),
                              ("spread", [final_spread(r) for r in runs])):
             row[f"{name}_mean"], row[f"{name}_std"] = _mean_std(values)
@@ -130,7 +137,8 @@ def _mean_std(values) -> tuple[float, float]:
 
 def format_seed_table(table: pd.DataFrame, digits: int = 1) -> pd.DataFrame:
     """A :func:`seed_table` for reading: one "mean ± std" text per statistic, indexed by label."""
-    out = {"seeds": table["n_seeds"].to_numpy()}
+    same = table["identical"] if "identical" in table else [False] * len(table)
+    out = {"seeds": [f"{n}, identical runs" if i else n for n, i in zip(table["n_seeds"], same)]}
     names = {"best": "best acc %", "final": "final acc %", "spread": "client spread",
              "diff": "paired diff of best"}
     for k, title in names.items():
@@ -155,7 +163,8 @@ def sweep_table(result, by: Iterable[str] | None = None) -> pd.DataFrame:
     status = frame.groupby(by, sort=False, dropna=False)["status"].agg(_group_status).reset_index()
     table = status.merge(table, on=by, how="left")  # every group, in the grid's order
     table["n_seeds"] = table["n_seeds"].fillna(0).astype(int)
-    return table[[*by, "best_mean", "best_std", "final_mean", "final_std", "n_seeds", "status"]]
+    table["identical"] = table["identical"].astype("boolean").fillna(False).astype(bool)
+    return table[[*by, "best_mean", "best_std", "final_mean", "final_std", "n_seeds", "identical", "status"]]
 
 
 def _group_status(statuses: pd.Series) -> str:
@@ -168,17 +177,25 @@ def _group_status(statuses: pd.Series) -> str:
 def table_markdown(table: pd.DataFrame, by: Iterable[str] | None = None, digits: int = 2) -> str:
     """An :func:`accuracy_table` as GitHub Markdown: its ``by`` columns (default: those before the
     statistics), best and final accuracy as mean ± std (std left out for one seed, "—" without a run), the
-    seeds, and a sweep table's ``status`` when a row is not complete."""
+    seeds ("3, identical runs" when the seeds changed nothing, with a note under the table), and a sweep
+    table's ``status`` when a row is not complete."""
     by = list(by) if by is not None else list(table.columns[: list(table.columns).index("best_mean")])
     status = "status" in table and bool((table["status"] != "complete").any())
     head = [*by, "best acc %", "final acc %", "seeds"] + (["status"] if status else [])
     lines = ["| " + " | ".join(head) + " |",
              "|" + "|".join(["---"] * len(by) + ["---:"] * 3 + (["---"] if status else [])) + "|"]
-    for _, r in table.iterrows():
+    identical = table["identical"].fillna(False).astype(bool) if "identical" in table else \
+        pd.Series(False, index=table.index)
+    for i, r in table.iterrows():
+        seeds = f"{int(r['n_seeds'])}" + (", identical runs" if identical[i] else "")
         cells = [str(r[b]) for b in by] + [format_mean_std(r["best_mean"], r["best_std"], digits),
                                            format_mean_std(r["final_mean"], r["final_std"], digits),
-                                           str(int(r["n_seeds"]))] + ([str(r["status"])] if status else [])
+                                           seeds] + ([str(r["status"])] if status else [])
         lines.append("| " + " | ".join(cells) + " |")
+    if identical.any():
+        lines += ["", ("identical runs: every seed gave the same run, so ± says nothing about seeds (nothing the "
+                  "config draws depends on the seed: e.g. your own model's weights, your own data, ρ = 1, no "
+                  "shuffling).")]
     return "\n".join(lines)
 
 
@@ -189,7 +206,7 @@ def table_markdown(table: pd.DataFrame, by: Iterable[str] | None = None, digits:
 def setting_label(cfg) -> str:
     """A short column name for a run's data setting, e.g. ``digits Dir(0.1)`` or ``MNIST pat(2)``."""
     d = cfg.data
-    if d.is_pfllib:
+    if d.comes_partitioned:  # a PFLlib folder or your own arrays: split as they came, by nothing of ours
         return _dataset_name(d)
     part = {"iid": "IID", "pathological": f"pat({d.classes_per_client})",
             "dirichlet": f"Dir({d.beta:g})"}[d.partition]
@@ -200,6 +217,8 @@ def data_title(d) -> str:
     """A figure title for a data setting (a DataConfig): ``digits, Dir(β=0.1), 20 clients``."""
     if d.is_pfllib:
         return f"{_dataset_name(d)} (a PFLlib partition), {d.num_clients} clients"
+    if d.is_custom:
+        return f"{_dataset_name(d)} (your data, split as given), {d.num_clients} clients"
     part = {"iid": "IID", "pathological": f"pathological, {d.classes_per_client} labels per client",
             "dirichlet": f"Dir(β={d.beta:g})"}[d.partition]
     return f"{_dataset_name(d)}, {part}, {d.num_clients} clients"
@@ -210,6 +229,8 @@ def _dataset_name(d) -> str:
 
     if d.is_pfllib:
         return Path(d.dataset[len("pfllib:"):]).name
+    if d.is_custom:
+        return d.dataset.split(":", 1)[1]
     if d.dataset.startswith(POOL_PREFIX):  # a PFLlib partition's images, partitioned afresh
         return Path(d.dataset[len(POOL_PREFIX):]).name + " pooled"
     return {"digits": "digits", "mnist_mini": "MNIST-mini", "mnist": "MNIST", "fashion_mnist": "Fashion-MNIST", "cifar10": "Cifar10",

@@ -248,11 +248,21 @@ def run_row(run: Run, extra: Iterable[str] = ()) -> dict:
         "beta": cfg.data.beta, "num_clients": cfg.data.num_clients, "rounds": cfg.rounds, "seed": cfg.seed,
         "best_acc": 100 * run.best_acc, "final_acc": 100 * run.final_acc,
         "best_round": run.summary()["best_round"], "seconds": run.summary()["seconds"],
-        "status": run.status,
+        "status": run.status, "trajectory": trajectory(run),
     }
     for name in extra:
         row[name] = getattr(cfg, name) if hasattr(cfg, name) else getattr(cfg.data, name)
     return row
+
+
+def trajectory(run: Run) -> str:
+    """12 hex digits naming a run's per-round results (accuracy and losses of every round, every client):
+    equal for two runs whose numbers are all equal, e.g. seeds that change nothing (tables say so)."""
+    import hashlib
+
+    cols = [c for c in ("round", "client", "test_acc", "test_loss", "train_loss") if c in run.clients]
+    blob = run.clients[cols].to_numpy(dtype="float64").tobytes() + run.rounds[["acc"]].to_numpy("float64").tobytes()
+    return hashlib.sha256(blob).hexdigest()[:12]
 
 
 def read_manifest(d: Path) -> dict:
