@@ -95,7 +95,7 @@ class Tracker:
     def __init__(self, directory: str | Path, *, clients: str | ClientRounds = "last"):
         if not isinstance(directory, (str, os.PathLike)) or not str(directory).strip():
             raise ConfigError("tracker", directory, f"{self.kind}=DIR: a folder (created if missing)")
-        self.directory = Path(directory).expanduser()
+        self.directory = Path(directory).expanduser().absolute()  # the same folder from any worker's cwd
         if self.directory.exists() and not self.directory.is_dir():
             raise ConfigError("tracker", f"{self.kind}={directory}", "a folder, not a file")
         self.clients = ClientRounds.parse(clients)
