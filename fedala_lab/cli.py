@@ -42,6 +42,7 @@ from .experiments.plans import PLAN_NAMES, SWEEPS, SweepSpec, axis_name, sweep_p
 from .experiments.presets import check_partition, preset
 from .experiments.runs import CACHE_MODES, get_or_run
 from .experiments.sweeps import run_sweep
+from .experiments.trackers import CLIENT_ROUNDS, parse_tracker
 from .record.run import json_safe
 from .record.store import RunStore
 from .reproduce import FIGURES, default_out, run_figures, save_sweep
@@ -152,6 +153,7 @@ def cmd_run(args) -> int:
 
     cfgs = _configs_from_args(args)
     store = RunStore(args.store)
+    trackers = _trackers(args)  # a bad --tracker is refused before any run
     results, failed = [], []
     check_partition(cfgs[0])  # the paper's MNIST partition, when missing: where it comes from
 
@@ -159,7 +161,7 @@ def cmd_run(args) -> int:
     for cfg in cfgs:
         try:
             run = get_or_run(cfg, store, data=data, progress=not args.no_progress and not args.json,
-                             force=args.force, cache=args.cache)
+                             force=args.force, cache=args.cache, trackers=trackers)
         except TrainingDiverged as err:
             # the other algorithms still run; the command ends non-zero with the message, every time
             failed.append(f"{cfg.algo}: {err}")
@@ -316,7 +318,7 @@ def cmd_sweep(args) -> int:
         result = run_sweep(spec, store=store, workers=workers, ray=args.ray, ray_address=args.ray_address,
                            shared_store=True if args.shared_store else None, threads=args.threads,
                            gpus_per_run=args.gpus_per_run, force=args.force or args.cache == "refresh",
-                           progress=not args.no_progress and not args.json)
+                           progress=not args.no_progress and not args.json, trackers=_trackers(args))
     except SweepFailed as err:  # the table of what finished, marked incomplete; every failure on stderr
         if err.result is None:
             raise
@@ -371,7 +373,7 @@ def cmd_figures(args) -> int:
     out = args.out or default_out(args.preset)
     entries = run_figures(args.preset, only=only, out=out, store=args.store, progress=not args.no_progress,
                           formats=formats, dpi=args.dpi, rounds=args.rounds, seeds=args.seeds, fig4=fig4,
-                          device=args.device)
+                          device=args.device, trackers=_trackers(args))
     print(f"{len(entries)} figure(s) in {time.perf_counter() - tic:.1f} s → {Path(out) / 'README.md'}")
     return 0
 
@@ -398,6 +400,7 @@ def _add_run(sub) -> None:
                    help="use (default): serve a stored run of the identical config, data and code; refresh: "
                         "recompute and replace it; off: compute without reading or writing the store")
     _add_plugin_flag(r)
+    _add_tracker_flags(r)
     r.set_defaults(func=cmd_run)
 
 
@@ -476,6 +479,7 @@ def _add_figures(sub) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--list", action="store_true", help="list the figures and exit")
     _add_plugin_flag(p)
+    _add_tracker_flags(p)
     p.set_defaults(func=cmd_figures)
 
 
@@ -512,7 +516,20 @@ def _add_sweep(sub) -> None:
                    help="use (default): skip runs stored with the identical config, data and code; refresh: "
                         "recompute them")
     _add_plugin_flag(p)
+    _add_tracker_flags(p)
     p.set_defaults(func=cmd_sweep)
+
+
+def _add_tracker_flags(p) -> None:
+    p.add_argument("--tracker", action="append", default=[], metavar="KIND=DIR",
+                   help="log every run to tensorboard=DIR or mlflow=DIR (SQLite DIR/mlflow.db), repeatable; "
+                        "pip install 'fedala_lab[tensorboard]' or '[mlflow]' (docs/trackers.md)")
+    p.add_argument("--tracker-clients", default="last", metavar="ROUNDS",
+                   help=f"rounds with per-client metrics: {CLIENT_ROUNDS} (default: last)")
+
+
+def _trackers(args) -> list:
+    return [parse_tracker(t, clients=args.tracker_clients) for t in args.tracker]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,7 @@
 - runs.py: :func:`get_or_run` (the run store, else simulate and save), :class:`RunCache`, and the runs of
   the Fig. 4 protocol and of FedLAMA's comparison.
 - sweeps.py: :func:`run_sweep`, sequentially, on a process pool or on Ray.
+- trackers.py: the runs asked for, logged to TensorBoard or MLflow (``trackers=`` of the above).
 
 Analysis and figures never reach in here: they get runs, and this layer gets them the runs.
 """

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import pandas as pd
@@ -28,6 +28,7 @@ from ..record.store import RunStore, open_store
 from .plans import comparison_configs, fig4_configs
 from .prefix import extends, find_prefix, state_carry
 from .presets import check_partition
+from .trackers import RunLog, Tracker, log_run
 
 CACHE_MODES = ("use", "refresh", "off")
 
@@ -43,7 +44,7 @@ def cache_mode(cache: str, force: bool = False) -> str:
 def get_or_run(cfg: RunConfig, store: RunStore | RunCache | str | Path | None = None, *, data=None, model=None,
                progress: bool = True, callback: Callable | None = None, resume: bool = True,
                force: bool = False, needs: Callable[[Run], bool] | None = None, branch: bool = True,
-               workers=None, cache: str = "use") -> Run:
+               workers=None, cache: str = "use", trackers: Iterable[Tracker] = ()) -> Run:
     """The finished run of ``cfg`` from ``store``, or simulate it (resuming a checkpoint, or branching from a
     stored run) and save it there.
 
@@ -57,6 +58,11 @@ def get_or_run(cfg: RunConfig, store: RunStore | RunCache | str | Path | None = 
     ``data``, ``model``: the clients' data and an ``nn.Module`` of your own (see ``simulate``); the run is then
     stored under a key that names them by content (``custom:``), never under the built-in data's or model's.
     ``workers``: training processes on a CPU (None: one per core).
+    ``callback(sim, row)``: called after each round simulated now, with the :class:`Simulation` and the round's
+    row of ``run.rounds`` as a dict; returning False stops the run (its checkpoint is kept). Not called for a
+    run served from the store, nor for the rounds a run resumes or branches from: there is no simulation
+    then. ``trackers`` (:mod:`~fedala_lab.experiments.trackers`: TensorBoard, MLflow) see every run asked
+    for: logged as it goes when simulated now, from its records when served from the store (docs/trackers.md).
     ``force`` recomputes and replaces a stored run, from round 1. ``needs(run)`` says whether a stored run
     holds what the caller needs: what is recorded (tracked clients, snapshots, train-split losses) is not
     part of a config's key, so the store may hold the same run recorded without it; such a run is
@@ -73,12 +79,18 @@ def get_or_run(cfg: RunConfig, store: RunStore | RunCache | str | Path | None = 
     anything is written: a bad value leaves the store untouched.
     """
     cache = cache_mode(cache, force)
+    if isinstance(store, RunCache) and cache != "off":
+        return store.get_or_run(cfg, data=data, model=model, progress=progress, callback=callback, resume=resume,
+                                force=cache == "refresh", needs=needs, branch=branch, workers=workers,
+                                trackers=trackers)
+    if trackers:  # the same call, its rounds logged as they come and the rest from the run it returns
+        with RunLog(trackers, store.store if isinstance(store, RunCache) else store) as log:
+            return log.finish(get_or_run(cfg, store, data=data, model=model, progress=progress,
+                                         callback=log.callback(callback), resume=resume, needs=needs,
+                                         branch=branch, workers=workers, cache=cache))
     if cache == "off":
         return run_unsaved(cfg, data=data, model=model, progress=progress, callback=callback, workers=workers)
     force = cache == "refresh"
-    if isinstance(store, RunCache):
-        return store.get_or_run(cfg, data=data, model=model, progress=progress, callback=callback, resume=resume,
-                                force=force, needs=needs, branch=branch, workers=workers)
     from ..engine.simulate import Simulation, bind  # here: the engine loads torch
 
     cfg = bind(cfg, data, model)  # custom data or model: keyed by their content
@@ -182,11 +194,14 @@ class RunCache:
     runs handed out and computed are counted (``used``, ``computed``; :meth:`start_counting` resets them)
     for the figures' "runs computed / used". Pass it wherever a ``store`` is taken.
 
-    ``on_round(n)`` is called with 1 after every round simulated through this cache (an overall progress bar)."""
+    ``on_round(n)`` is called with 1 after every round simulated through this cache (an overall progress bar).
+    ``trackers``: every run handed out is logged there too (see :func:`get_or_run`)."""
 
-    def __init__(self, store: RunStore | str | Path | None = None, *, on_round: Callable[[int], None] | None = None):
+    def __init__(self, store: RunStore | str | Path | None = None, *, on_round: Callable[[int], None] | None = None,
+                 trackers: Iterable[Tracker] = ()):
         self.store = open_store(store)
         self.on_round = on_round
+        self.trackers = list(trackers)
         self._runs: dict[str, Run] = {}  # config key -> Run
         self.used: list[Run] = []  # runs handed out since start_counting (repeats included)
         self.computed = 0  # of which computed now (not from the store)
@@ -195,11 +210,13 @@ class RunCache:
         self.used, self.computed = [], 0
 
     def get_or_run(self, cfg: RunConfig, *, force: bool = False, needs: Callable[[Run], bool] | None = None,
-                   callback: Callable | None = None, data=None, model=None, **kwargs) -> Run:
-        """:func:`get_or_run` through the memo; ``kwargs`` as there."""
+                   callback: Callable | None = None, data=None, model=None, trackers: Iterable[Tracker] = (),
+                   **kwargs) -> Run:
+        """:func:`get_or_run` through the memo; ``kwargs`` as there; ``trackers`` besides the cache's own."""
         from ..engine.simulate import bind
 
         cfg = bind(cfg, data, model)
+        trackers = [*self.trackers, *trackers]
         key = cfg.key()
         hit = None if force else self._runs.get(key)
         if hit is None and not force:
@@ -216,8 +233,10 @@ class RunCache:
                     return None if inner is None else inner(sim, row)
 
             hit = get_or_run(cfg, self.store, force=force, needs=needs, callback=callback, data=data, model=model,
-                             **kwargs)
+                             trackers=trackers, **kwargs)
             self.computed += 1
+        elif trackers:
+            log_run(hit, trackers, self.store)
         self._runs[key] = hit
         self.used.append(hit)
         return hit

@@ -41,6 +41,7 @@ import dataclasses
 import math
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -54,6 +55,7 @@ from ..record.store import open_store
 from .plans import SEED_AXES, SweepSpec
 from .presets import check_partition
 from .runs import get_or_run
+from .trackers import Tracker, log_run
 
 # ------------------------------------------------------------------------------------------- execution
 
@@ -66,7 +68,7 @@ def _set_threads(threads: int | None) -> None:
 
 
 def _work(cfg_dict: dict, store_root: str | None, force: bool, threads: int | None,
-          rounds_queue=None, train_workers: int | None = None, plugins=()) -> dict | object:
+          rounds_queue=None, train_workers: int | None = None, trackers=(), plugins=()) -> dict | object:
     """Run one config in a worker (process pool or Ray task).
 
     With ``store_root`` the run goes through :func:`get_or_run` there (checkpoints, resume, atomic
@@ -74,6 +76,7 @@ def _work(cfg_dict: dict, store_root: str | None, force: bool, threads: int | No
     ``rounds_queue`` (pool only) receives (key, round) after every round, for the progress bar.
     ``train_workers``: processes per run for local training on a CPU (the "workers" backend): a pool of
     n runs at once gives each cores ÷ n, so that runs and their training processes fit the cores.
+    ``trackers`` log the run as it goes (with ``store_root`` only; the sweep logs the others afterwards).
     ``plugins``: (module, folder) pairs to import first (:func:`~fedala_lab.algorithms.plugins.plugin_modules`:
     the caller's registered algorithms).
     """
@@ -97,7 +100,8 @@ def _work(cfg_dict: dict, store_root: str | None, force: bool, threads: int | No
                 return simulate(cfg, progress=False, callback=callback, workers=train_workers)
             except TrainingDiverged as err:
                 return err.run
-        run = get_or_run(cfg, store_root, progress=False, force=force, callback=callback, workers=train_workers)
+        run = get_or_run(cfg, store_root, progress=False, force=force, callback=callback, workers=train_workers,
+                         trackers=trackers)
     except TrainingDiverged as err:  # saved with status "diverged"; the sweep goes on
         return {"key": key, "status": "diverged", "message": str(err)}
     except Exception as err:  # noqa: BLE001 - its message comes back as text, whatever it is (and pickles)
@@ -161,7 +165,8 @@ class SweepResult:
 
 def run_sweep(spec: SweepSpec, *, store=None, workers: int | str = "auto", ray: bool = False,
               ray_address: str | None = None, shared_store: bool | None = None, threads: int | None = 1,
-              gpus_per_run: float = 0.0, force: bool = False, progress: bool = True) -> SweepResult:
+              gpus_per_run: float = 0.0, force: bool = False, progress: bool = True,
+              trackers: Iterable[Tracker] = ()) -> SweepResult:
     """Run every grid point of ``spec`` not yet in ``store`` and aggregate the results.
 
     ``workers``: 1 = sequential in this process; n > 1 = a pool of n spawned processes; "auto" = one per
@@ -177,9 +182,12 @@ def run_sweep(spec: SweepSpec, *, store=None, workers: int | str = "auto", ray: 
     :attr:`SweepResult.diverged`). A run that fails does not stop the others, but the sweep then raises
     :class:`~fedala_lab.errors.SweepFailed` (its ``result`` holds what did finish, ``result.failed`` every
     reason): a table with holes is never returned as if it were complete. A registered algorithm runs in
-    worker processes when its module is importable (plugins.py); one defined in ``__main__`` is refused there. Bad settings (``workers``, ``threads``, ``gpus_per_run`` beyond the GPUs there are,
+    worker processes when its module is importable (plugins.py); one defined in ``__main__`` is refused there.
+    Bad settings (``workers``, ``threads``, ``gpus_per_run`` beyond the GPUs there are,
     ``ray_address``, the paper's MNIST partition missing) are refused before anything starts. Progress: one
-    bar over the grid's distinct runs.
+    bar over the grid's distinct runs. ``trackers`` (experiments/trackers.py) log every distinct run: as it
+    goes in whichever process computes it (sequential, pool, a local Ray), from the store afterwards for
+    the runs that were stored already or came back from a Ray cluster; a run is logged once per tracker.
     """
     from tqdm.auto import tqdm
 
@@ -214,16 +222,16 @@ def run_sweep(spec: SweepSpec, *, store=None, workers: int | str = "auto", ray: 
         if todo and (ray or ray_address):
             _run_ray(todo, root, force, threads, gpus_per_run, workers, ray_address,
                      shared_store if shared_store is not None else ray_address is None, store, bar, failed,
-                     loaded)
+                     loaded, trackers=() if ray_address else trackers)  # a cluster's nodes may not see DIR
         elif todo:
             if n == 1:
-                _run_sequential(todo, store, force, threads, bar, failed, loaded)
+                _run_sequential(todo, store, force, threads, bar, failed, loaded, trackers)
             else:
-                _run_pool(todo, root, force, threads, min(n, len(todo)), bar, failed)
+                _run_pool(todo, root, force, threads, min(n, len(todo)), bar, failed, trackers)
     finally:
         bar.close()
 
-    runs, rows = [], []
+    runs, rows, logged = [], [], set()
     for point, cfg in pairs:
         k = cfg.key()
         if k in failed:
@@ -234,6 +242,9 @@ def run_sweep(spec: SweepSpec, *, store=None, workers: int | str = "auto", ray: 
         if run is None:  # neither stored nor reported failed: say so rather than drop it silently
             failed[k] = "no finished run in the store after the sweep"
             continue
+        if trackers and k not in logged:  # those not logged where they were computed (idempotent)
+            logged.add(k)
+            log_run(run, trackers, store)
         run = dataclasses.replace(run, config=cfg)  # the point's own config (same key, same result)
         runs.append(run)
         rows.append(_row(run, point, k))
@@ -271,7 +282,7 @@ def _finish(bar, cfg: RunConfig, result, failed: dict) -> None:
     bar.update(1)
 
 
-def _run_sequential(todo, store, force, threads, bar, failed, runs) -> None:
+def _run_sequential(todo, store, force, threads, bar, failed, runs, trackers) -> None:
     from ..compute.device import cpu_threads
 
     with cpu_threads(int(threads) if threads else None):
@@ -280,7 +291,8 @@ def _run_sequential(todo, store, force, threads, bar, failed, runs) -> None:
                 bar.set_postfix_str(f"{_describe(cfg)} round {row['round']}/{cfg.rounds}")
 
             try:
-                runs[cfg.key()] = get_or_run(cfg, store, progress=False, force=force, callback=show)
+                runs[cfg.key()] = get_or_run(cfg, store, progress=False, force=force, callback=show,
+                                             trackers=trackers)
                 result = {"status": "complete"}
             except TrainingDiverged as err:
                 if err.run is not None:  # saved by the store with status "diverged"
@@ -291,7 +303,7 @@ def _run_sequential(todo, store, force, threads, bar, failed, runs) -> None:
             _finish(bar, cfg, result, failed)
 
 
-def _run_pool(todo, root, force, threads, n, bar, failed) -> None:
+def _run_pool(todo, root, force, threads, n, bar, failed, trackers) -> None:
     import multiprocessing as mp
     import queue as queue_mod
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -308,7 +320,7 @@ def _run_pool(todo, root, force, threads, n, bar, failed) -> None:
             rounds = manager.Queue()  # workers report each finished round; the bar shows the runs in flight
             per_run = max(1, machine_cpus() // n)  # training processes per run (compute/workers.py)
             plugins = plugin_modules()
-            futures = {pool.submit(_work, c.to_dict(), root, force, threads, rounds, per_run, plugins): c
+            futures = {pool.submit(_work, c.to_dict(), root, force, threads, rounds, per_run, trackers, plugins): c
                        for c in todo}
         by_key = {c.key(): c for c in todo}
         in_flight: dict[str, int] = {}
@@ -388,7 +400,8 @@ def ray_module():
     return ray
 
 
-def _run_ray(todo, root, force, threads, gpus, workers, address, shared, store, bar, failed, runs) -> None:
+def _run_ray(todo, root, force, threads, gpus, workers, address, shared, store, bar, failed, runs,
+             trackers=()) -> None:
     ray = ray_module()
     started = False
     if not ray.is_initialized():
@@ -408,7 +421,7 @@ def _run_ray(todo, root, force, threads, gpus, workers, address, shared, store, 
             raise ConfigError("gpus_per_run", gpus, f"at most the {have:g} GPU(s) of the Ray cluster")
         task = ray.remote(num_cpus=threads or 1, num_gpus=gpus, max_retries=0)(_work)
         plugins = plugin_modules()
-        refs = {task.remote(c.to_dict(), root if shared else None, force, threads, None, None, plugins): c
+        refs = {task.remote(c.to_dict(), root if shared else None, force, threads, None, None, trackers, plugins): c
                 for c in todo}
         pending = list(refs)
         while pending:

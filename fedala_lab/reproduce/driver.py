@@ -41,9 +41,10 @@ MIN_DPI, MAX_DPI = 10, 600  # 600 dpi: print quality; a 12-inch figure is then 7
 def run_figures(preset_name: str = "quick", *, only: Iterable[str] | None = None, out: str | Path | None = None,
                 store=None, progress: bool = True, formats=("png", "pdf"), dpi: int = 100,
                 rounds: int | None = None, seeds: int | None = None, fig4: tuple | None = None,
-                device: str | None = None, command: str | None = None, echo: Callable[[str], None] | None = None
-                ) -> dict:
+                device: str | None = None, command: str | None = None, echo: Callable[[str], None] | None = None,
+                trackers: Iterable = ()) -> dict:
     """Make the figures of ``preset_name`` (all, or ``only`` these keys) into ``out``; update its index.
+    ``trackers`` (experiments/trackers.py) log every run the figures use, computed or from the store.
 
     Returns the index entries written ({key: entry}). ``out/index.json`` keeps every figure's entry, so
     ``--only`` refreshes some without losing the others; ``out/README.md`` is rebuilt from it.
@@ -65,7 +66,7 @@ def run_figures(preset_name: str = "quick", *, only: Iterable[str] | None = None
     out.mkdir(parents=True, exist_ok=True)
     from tqdm.auto import tqdm
 
-    cache = RunCache(store)
+    cache = RunCache(store, trackers=trackers)
     total = rounds_to_compute(planned, cache.store)
     overall = tqdm(total=total, desc="rounds to simulate", unit="round", disable=not progress, dynamic_ncols=True)
 
