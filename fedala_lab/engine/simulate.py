@@ -596,19 +596,27 @@ def simulate(cfg: RunConfig, data: FederatedData | None = None, *, model: nn.Mod
 
 
 def _check_fits(model: nn.Module, data: FederatedData) -> None:
-    """A module given as the model must map a batch of the data's inputs to one score per class."""
+    """A module given as the model must hold parameters and map a batch of the data's inputs to a tensor of one
+    score per class and sample."""
+    name = type(model).__name__
+    first = next(model.parameters(), None)
+    if first is None:
+        raise ConfigError("model", name, "a module with parameters to train (it has none)")
+    x = data.train_x[:2].to(first.device)
     was = model.training
     model.eval()
     try:
         with torch.no_grad():
-            out = model(data.train_x[:2].to(next(model.parameters()).device))
+            out = model(x)
     except Exception as err:  # noqa: BLE001 - any failure of the user's module: say what it was given
-        raise ConfigError("model", type(model).__name__, f"a module that accepts inputs of shape "
-                          f"{tuple(data.input_shape)} ({data.train_x.dtype})", str(err).splitlines()[0]) from None
+        raise ConfigError("model", name, f"a module that accepts inputs of shape {tuple(data.input_shape)} "
+                          f"({data.train_x.dtype})", (str(err).splitlines() or [type(err).__name__])[0]) from None
     finally:
         model.train(was)
-    if tuple(out.shape[1:]) != (data.num_classes,):
-        raise ConfigError("model", type(model).__name__, f"a module whose output has {data.num_classes} scores per "
-                          f"sample (one per class); it gives shape {tuple(out.shape)}")
-    if not any(True for _ in model.parameters()):
-        raise ConfigError("model", type(model).__name__, "a module with parameters to train")
+    if not isinstance(out, torch.Tensor):
+        raise ConfigError("model", name, f"a module whose forward returns one tensor of scores, (batch, "
+                          f"{data.num_classes}); it returns a {type(out).__name__}")
+    if tuple(out.shape) != (len(x), data.num_classes):
+        raise ConfigError("model", name, f"a module whose output has {data.num_classes} scores per sample (one "
+                          f"per class, num_classes={data.num_classes}); it gives shape {tuple(out.shape)} for "
+                          f"{len(x)} samples")
