@@ -20,6 +20,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -83,7 +84,9 @@ class _Algorithms(Allowed):
 
 
 def _device_name(v) -> bool:
-    return isinstance(v, str) and v.split(":")[0] in ("auto", "cpu", "cuda", "mps")
+    # the forms torch.device takes that we mean: a GPU index is a whole number >= 0 ("cuda:-1" is refused here,
+    # not by torch's traceback)
+    return isinstance(v, str) and re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v) is not None
 
 
 _CLIENTS_TEXT = '"auto", "all", "none" or comma-separated client ids like "0,4"'
@@ -139,7 +142,7 @@ class RunConfig:
                                    "branch from (an MNIST CNN state is ≈ 49 MB); never part of the key")
     backend: str = param_field("auto", Choice(BACKENDS), "auto: vectorised on a GPU and for small models; on a "
                                "CPU models over 200k parameters train a client at a time in worker processes")
-    device: str = param_field("auto", Rule(_device_name, "auto, cpu, cuda, cuda:<n> or mps"),
+    device: str = param_field("auto", Rule(_device_name, "auto, cpu, cuda, cuda:<n> (n a GPU index >= 0) or mps"),
                               "auto = cuda, then mps, then cpu; never part of the key")
     checkpoint_every: int = param_field(10, Int(0), "save a resumable checkpoint every k rounds (0 = never)")
     threads: int | None = param_field(None, Optional(Int(1)), "torch CPU threads during the run; none = one per "

@@ -52,7 +52,7 @@ from ..algorithms.base import (
 from ..compute import rng
 from ..compute.backends import make_backend
 from ..compute.device import cpu_threads, environment, resolve_device
-from ..compute.workers import WorkerBackend, WorkerPool
+from ..compute.workers import WorkerBackend, WorkerPool, worker_count
 from ..config import DataConfig, RunConfig
 from ..data.federated import FederatedData
 from ..errors import ConfigError, RunCancelled, TrainingDiverged
@@ -108,6 +108,8 @@ class Simulation:
     def __init__(self, cfg: RunConfig, data: FederatedData | None = None, *, model: nn.Module | None = None,
                  chunk_clients: int | None = None, workers: int | WorkerPool | None = None,
                  channels_last: bool | None = None, fused_linear: bool | None = None, graphs: bool = False):
+        if workers is not None and not isinstance(workers, WorkerPool):
+            worker_count(workers)  # refused up front, whichever backend the run picks
         cfg = bind(cfg, data, model).check()
         self.cfg = cfg
         self.device = resolve_device(cfg.device)
