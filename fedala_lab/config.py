@@ -417,9 +417,15 @@ def parse_value(text: str):
     return text
 
 
+# The most grid points one sweep may have (and values one axis may list): far above any experiment here, low
+# enough that expanding and checking them (a few ms each) stays a matter of seconds, not minutes.
+MAX_GRID_POINTS = 10_000
+
+
 def parse_values(text: str, name: str) -> list:
     """A list of values written as text: ``"0,1,2"`` (each by :func:`parse_value`) or ``"0-4"`` (an integer
-    range, both ends included). ``name`` is the setting the error names."""
+    range, both ends included), at most :data:`MAX_GRID_POINTS` of them. ``name`` is the setting the error
+    names."""
     out: list = []
     for t in (t.strip() for t in text.split(",")):
         if not t:
@@ -428,6 +434,10 @@ def parse_values(text: str, name: str) -> list:
         if sep and lo.isdigit() and hi.isdigit():
             if int(hi) < int(lo):
                 raise ConfigError(name, t, "a range low-high with low <= high")
+            n = len(out) + int(hi) - int(lo) + 1
+            if n > MAX_GRID_POINTS:
+                raise ConfigError(name, text, f"at most {MAX_GRID_POINTS:,} values (it lists {n:,}"
+                                  f"{' or more' if t != text.strip() else ''}); split the sweep")
             out.extend(range(int(lo), int(hi) + 1))
         else:
             out.append(parse_value(t))

@@ -57,7 +57,7 @@ from ..config import DataConfig, RunConfig
 from ..data.federated import FederatedData
 from ..errors import ConfigError, RunCancelled, TrainingDiverged
 from ..models import CUSTOM_PREFIX, build_model, fingerprint, num_parameters
-from ..record.run import Run
+from ..record.run import Run, torch_save
 from .recorder import Recorder
 from .stragglers import LocalWork, draw_work
 
@@ -531,8 +531,12 @@ class Simulation:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        torch.save(self.state_dict(recorder=recorder), tmp)
-        os.replace(tmp, path)
+        try:
+            torch_save(self.state_dict(recorder=recorder), tmp)  # a full disk: an OSError saying so
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # never a half-written file left behind
+            raise
 
     def load_checkpoint(self, path: str | Path) -> bool:
         """Restore from ``path`` if it holds a checkpoint of this config; False if absent or foreign."""
