@@ -208,6 +208,8 @@ def _checked_clients(train, test, num_classes: int, name: str):
     feature shape than the first client's, NaN or infinite x, labels that are not whole numbers in
     ``0 … num_classes-1`` (0.5 is refused, never truncated)."""
     for arg, parts in (("train", train), ("test", test)):
+        if isinstance(parts, (np.ndarray, torch.Tensor)):  # one client's x (or all rows) instead of the list
+            raise ConfigError(arg, f"an array of shape {tuple(parts.shape)}", "a list with one (x, y) pair per client")
         if isinstance(parts, (str, bytes)) or not hasattr(parts, "__len__"):
             raise ConfigError(arg, type(parts).__name__, "a list with one (x, y) pair per client")
     if len(train) != len(test):
