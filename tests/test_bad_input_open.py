@@ -64,7 +64,7 @@ FROM_ARRAYS = [
     ("ragged x", [([[1.0, 2.0], [3.0]], [0, 1]), _client(12)], GOOD, 3,
      r"train\[0\] .*x is not an array of numbers: its rows differ in length"),
     ("x infinite", [(np.full((10, 8), np.inf, np.float32), _client(10)[1]), _client(12)], GOOD, 3,
-     r"train\[0\] .*80 pixel value\(s\) in 10 of its 10 images are NaN or infinite"),
+     r"custom: client 0's train images: 80 pixel value\(s\) in 10 of its 10 images are NaN or infinite"),
     ("a client not a pair", [X10, _client(12)], GOOD, 3, (r"train\[0\] .*is not an \(x, y\) pair but a ndarray of "
                                                           r"length 10")),
     ("train and test clients differ", GOOD, GOOD[:1], 3, r"test='1 clients' is not allowed: as many clients as train"),

@@ -240,7 +240,7 @@ def _checked_clients(train, test, num_classes: int, name: str):
                 elif x.shape[1:] != shape:
                     raise DataError(f"{where}: x's rows have shape {x.shape[1:]} but {first}'s have {shape}; "
                                     "every client's samples must have one shape")
-            check_finite(x, f"{where}: x")
+            check_finite(x, f"{name}: client {i}'s {split} images")  # the words of the pfllib loader's check
             out[split].append((x, _labels(y, num_classes, where)))
     if shape is None:
         raise DataError(f"{name}: no client holds a sample; give at least one (x, y) pair with rows")
