@@ -20,6 +20,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -84,7 +85,9 @@ class _Algorithms(Allowed):
 
 
 def _device_name(v) -> bool:
-    return isinstance(v, str) and v.split(":")[0] in ("auto", "cpu", "cuda", "mps")
+    # the forms torch.device takes that we mean: a GPU index is a whole number >= 0 ("cuda:-1" is refused here,
+    # not by torch's traceback)
+    return isinstance(v, str) and re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v) is not None
 
 
 _CLIENTS_TEXT = '"auto", "all", "none" or comma-separated client ids like "0,4"'
@@ -140,7 +143,7 @@ class RunConfig:
                                    "branch from (an MNIST CNN state is ≈ 49 MB); never part of the key")
     backend: str = param_field("auto", Choice(BACKENDS), "auto: vectorised on a GPU and for small models; on a "
                                "CPU models over 200k parameters train a client at a time in worker processes")
-    device: str = param_field("auto", Rule(_device_name, "auto, cpu, cuda, cuda:<n> or mps"),
+    device: str = param_field("auto", Rule(_device_name, "auto, cpu, cuda, cuda:<n> (n a GPU index >= 0) or mps"),
                               "auto = cuda, then mps, then cpu; never part of the key")
     checkpoint_every: int = param_field(10, Int(0), "save a resumable checkpoint every k rounds (0 = never)")
     threads: int | None = param_field(None, Optional(Int(1)), "torch CPU threads during the run; none = one per "
@@ -426,9 +429,15 @@ def parse_value(text: str):
     return text
 
 
+# The most grid points one sweep may have (and values one axis may list): far above any experiment here, low
+# enough that expanding and checking them (a few ms each) stays a matter of seconds, not minutes.
+MAX_GRID_POINTS = 10_000
+
+
 def parse_values(text: str, name: str) -> list:
     """A list of values written as text: ``"0,1,2"`` (each by :func:`parse_value`) or ``"0-4"`` (an integer
-    range, both ends included). ``name`` is the setting the error names."""
+    range, both ends included), at most :data:`MAX_GRID_POINTS` of them. ``name`` is the setting the error
+    names."""
     out: list = []
     for t in (t.strip() for t in text.split(",")):
         if not t:
@@ -437,6 +446,10 @@ def parse_values(text: str, name: str) -> list:
         if sep and lo.isdigit() and hi.isdigit():
             if int(hi) < int(lo):
                 raise ConfigError(name, t, "a range low-high with low <= high")
+            n = len(out) + int(hi) - int(lo) + 1
+            if n > MAX_GRID_POINTS:
+                raise ConfigError(name, text, f"at most {MAX_GRID_POINTS:,} values (it lists {n:,}"
+                                  f"{' or more' if t != text.strip() else ''}); split the sweep")
             out.extend(range(int(lo), int(hi) + 1))
         else:
             out.append(parse_value(t))

@@ -158,9 +158,19 @@ def num_blocks(model: BlockNet) -> int:
     return len(layer_blocks(model))
 
 
+def _blocks_for_p(model: nn.Module, p: int) -> list[tuple[str, nn.Module]]:
+    """:func:`layer_blocks`, or a ConfigError naming p where there are none: a bare layer (``nn.Linear`` as
+    logistic regression) has no blocks for p to count."""
+    blocks = layer_blocks(model)
+    if not blocks:
+        raise ConfigError("p", p, f"a model whose children are blocks holding the parameters; this "
+                          f"{type(model).__name__} has none", "wrap it in nn.Sequential(...): one block, p=1")
+    return blocks
+
+
 def top_block_start(model: BlockNet, p: int) -> int:
     """Index (in ``model``'s children) of the lowest block ALA covers for this p."""
-    blocks = layer_blocks(model)
+    blocks = _blocks_for_p(model, p)
     if not 1 <= p <= len(blocks):
         raise ConfigError("p", p, f"1 <= p <= {len(blocks)} (the model's blocks: "
                                   + ", ".join(n for n, _ in blocks) + ")")
@@ -176,7 +186,7 @@ def ala_param_names(model: nn.Module, p: int, among=None) -> list[str]:
         names = [n for n, _ in model.named_children()][start:]
         return [k for k, _ in model.named_parameters() if k.split(".", 1)[0] in names]
     among = set(among)
-    every = [(n, [f"{n}.{k}" for k, _ in m.named_parameters()]) for n, m in layer_blocks(model)]
+    every = [(n, [f"{n}.{k}" for k, _ in m.named_parameters()]) for n, m in _blocks_for_p(model, p)]
     blocks = [(n, ks) for n, ks in every if set(ks) <= among]
     if not 1 <= p <= len(blocks):
         which = "the model's blocks" if len(blocks) == len(every) else "the blocks this method sends"

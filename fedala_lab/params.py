@@ -15,6 +15,7 @@ extension guide) and its default.
 from __future__ import annotations
 
 import dataclasses
+import keyword
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -142,6 +143,14 @@ class Param:
     doc: str = ""
     hint: str = ""
     short: str = ""
+
+    def __post_init__(self):
+        # a name becomes a config field, a keyword argument and ``--set name=…``: an ASCII Python identifier
+        # (never "", "a=b c", "x²", nor a look-alike letter from another alphabet)
+        n = self.name
+        if not (isinstance(n, str) and n.isascii() and n.isidentifier() and not keyword.iskeyword(n)):
+            raise ConfigError("Param.name", n, "a Python identifier in ASCII: letters a-z A-Z, digits and '_', "
+                              "not starting with a digit, not a Python keyword")
 
     def check(self, value):
         """``value`` in its stored form, or a :class:`ConfigError` naming this parameter and what is allowed."""

@@ -123,7 +123,7 @@ def test_registration_refuses_clashes():
         fl.register_algorithm("other", FedAvgM, params=[fl.Param("server_beta", 0.1, fl.Float(0, 1))])
     with pytest.raises(ValueError, match="config field"):
         fl.register_algorithm("other", FedAvgM, params=[fl.Param("lr", 0.1, fl.Float(0, 1))])
-    with pytest.raises(ValueError, match="ends like a modifier"):
+    with pytest.raises(ValueError, match="end in a modifier's suffix"):
         fl.register_algorithm("mine-c", FedAvgM)
     assert "other" not in registry.names()
 

@@ -136,16 +136,32 @@ class APPLE(Algorithm):
         return Aggregated({}, len(senders) * rnd.setup.param_bytes())
 
 
+def _hint(cfg) -> str:
+    """The setting most likely behind a diverged APPLE run: μ, where the pull alone scales p_i − p⁰ by
+    1 − η_p·λ(t)·μ per step (λ(t) <= 1) and overshoots from η_p·μ >= 1; else a step η_p of the relationship
+    vectors raised above its default (their gradient ⟨g, θ_j⟩ grows with the models)."""
+    dr, mu = cfg.apple_dr_lr, cfg.apple_mu
+    if dr * mu >= 1:
+        return (f"APPLE's apple_mu={mu:g} is most likely too large for apple_dr_lr={dr:g}: each step scales "
+                f"p_i − p⁰ by as little as 1 − apple_dr_lr·μ = {1 - dr * mu:.3g}, which must stay within (−1, 1), "
+                f"so try apple_mu < {1 / dr:g}")
+    default = next(p.default for p in PARAMS if p.name == "apple_dr_lr")
+    if dr > default:
+        return (f"APPLE's apple_dr_lr={dr:g}, the step of the relationship vectors p_i (whose gradient ⟨g, θ_j⟩ "
+                f"grows with the models), is most likely too large: try a smaller one (default {default:g})")
+    return ""
+
+
 PARAMS = (
-    Param("apple_dr_lr", 0.001, Float(0), "APPLE: learning rate of the directed relationship vectors p_i (the "
+    Param("apple_dr_lr", 0.001, Float(0, 1), "APPLE: learning rate of the directed relationship vectors p_i (the "
           "official code's lr_coef; PFLlib's dr_learning_rate, default 0 there: p stays uniform)", short="η_p"),
-    Param("apple_mu", 0.1, Float(0), "APPLE: μ, the pull of p_i towards the train-sample shares, times λ(t) "
-          "(the official code's 0.1)", short="μ"),
+    Param("apple_mu", 0.1, Float(0, 1_000), "APPLE: μ, the pull of p_i towards the train-sample shares, times "
+          "λ(t) (the official code's 0.1); apple_dr_lr·μ below 1 keeps the pull from overshooting", short="μ"),
     Param("apple_fade_rounds", 50, Int(0, 100_000), "APPLE: the pull fades (cosine) to 0 over this many first "
           "rounds (PFLlib's L·T, as a count of rounds so that a run's start never depends on its length; 0: no "
           "pull)"),
 )
 
 SPEC = make_spec("apple", APPLE, label="APPLE", params=PARAMS, colour="mediumvioletred", line_style=":",
-                 category="personalised aggregation", modifiers=(), builtin=True, communication="(1+M)·Σ",
-                 doc="Luo & Wu, IJCAI 2022")
+                 category="personalised aggregation", modifiers=(), divergence_hint=_hint, builtin=True,
+                 communication="(1+M)·Σ", doc="Luo & Wu, IJCAI 2022")

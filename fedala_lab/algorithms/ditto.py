@@ -75,11 +75,21 @@ class Ditto(Algorithm):
         return super().local_train(rnd, work)
 
 
+def _hint(cfg) -> str:
+    """Ditto's personal step alone scales v − w by 1 − lr·λ (FedProx's hint, with Ditto's λ for μ)."""
+    lam = cfg.ditto_lambda
+    if lam * cfg.lr < 1:
+        return ""
+    return (f"Ditto's ditto_lambda={lam:g} is most likely too large for lr={cfg.lr:g}: each personal step scales "
+            f"v − w by 1 − lr·λ = {1 - cfg.lr * lam:.3g}, which must stay within (−1, 1), so try ditto_lambda < "
+            f"{1 / cfg.lr:g}")
+
+
 PARAMS = (
-    Param("ditto_lambda", 0.1, Float(0), "Ditto: λ, the pull of each personal model towards the global one (0: "
-          "Local)", short="λ"),
+    Param("ditto_lambda", 0.1, Float(0, 1_000), "Ditto: λ, the pull of each personal model towards the global one "
+          "(0: Local); lr·λ below 1 keeps the pull from overshooting", short="λ"),
     Param("ditto_epochs", 1, Int(1, 1_000), "Ditto: epochs of the personal model per round (PFLlib's plocal_epochs)"),
 )
 
 SPEC = make_spec("ditto", Ditto, label="Ditto", params=PARAMS, colour="tab:cyan", category="extra personal models",
-                 builtin=True, doc="Li, Hu, Beirami & Smith, ICML 2021")
+                 divergence_hint=_hint, builtin=True, doc="Li, Hu, Beirami & Smith, ICML 2021")

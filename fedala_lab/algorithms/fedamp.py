@@ -125,22 +125,31 @@ class FedAMP(Algorithm):
 
 
 def _hint(cfg) -> str:
-    """The proximal step alone scales θ − u_i by 1 − lr·λ/α_K per step (FedProx's hint, with λ/α_K for μ)."""
+    """The setting most likely behind a diverged FedAMP run: the proximal step alone scales θ − u_i by
+    1 − lr·λ/α_K per step (FedProx's hint, with λ/α_K for μ); else attention weights α_K/σ so large that a
+    client's own weight 1 − Σ_j ξ_ij goes negative and the cloud models extrapolate."""
     pull = cfg.fedamp_lambda / cfg.fedamp_alpha
-    if pull * cfg.lr < 1:
-        return ""
-    return (f"FedAMP's proximal weight λ/α_K = {pull:g} is most likely too large for lr={cfg.lr:g}: each step scales "
-            f"θ − u_i by 1 − lr·λ/α_K = {1 - cfg.lr * pull:.3g}, which must stay within (−1, 1), so keep "
-            f"fedamp_lambda/fedamp_alpha < {1 / cfg.lr:g}")
+    if pull * cfg.lr >= 1:
+        return (f"FedAMP's proximal weight λ/α_K = {pull:g} is most likely too large for lr={cfg.lr:g}: each step "
+                f"scales θ − u_i by 1 − lr·λ/α_K = {1 - cfg.lr * pull:.3g}, which must stay within (−1, 1), so keep "
+                f"fedamp_lambda/fedamp_alpha < {1 / cfg.lr:g}")
+    others = cfg.data.num_clients - 1
+    if cfg.fedamp_alpha / cfg.fedamp_sigma * others > 1:
+        return (f"FedAMP's fedamp_alpha={cfg.fedamp_alpha:g} is most likely too large for fedamp_sigma="
+                f"{cfg.fedamp_sigma:g}: the {others} other clients' attention weights α_K/σ·exp(−‖w_i − w_j‖²/σ) "
+                f"can sum to {cfg.fedamp_alpha / cfg.fedamp_sigma * others:.3g}, so a client's own weight goes "
+                f"negative and its cloud model extrapolates; keep fedamp_alpha <= σ/(N − 1) = "
+                f"{cfg.fedamp_sigma / others:.3g}")
+    return ""
 
 
 PARAMS = (
-    Param("fedamp_alpha", 0.05, Float(0, lo_open=True), "FedAMP: α_K, the step of the attentive message "
+    Param("fedamp_alpha", 0.05, Float(0, 10, lo_open=True), "FedAMP: α_K, the step of the attentive message "
           "passing: ξ_ij = α_K·exp(−‖w_i − w_j‖²/σ)/σ, the proximal weight is λ/α_K; α_K/σ ≤ 1/(N − 1) keeps "
           "every cloud model a convex combination (PFLlib's alphaK = 1)", short="α_K"),
-    Param("fedamp_sigma", 1.0, Float(0, lo_open=True), "FedAMP: σ, the scale of squared model distances in the "
+    Param("fedamp_sigma", 1.0, Float(0, 1_000_000, lo_open=True), "FedAMP: σ, the scale of squared model distances in the "
           "attention (PFLlib's sigma)", short="σ"),
-    Param("fedamp_lambda", 0.05, Float(0), "FedAMP: λ, the pull (λ/(2α_K))‖w − u_i‖² of local training towards "
+    Param("fedamp_lambda", 0.05, Float(0, 1_000), "FedAMP: λ, the pull (λ/(2α_K))‖w − u_i‖² of local training towards "
           "the cloud model u_i (PFLlib's lamda = 1; 0: no pull)", short="λ"),
 )
 

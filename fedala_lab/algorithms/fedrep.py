@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from ..compute.rng import HEAD_ORDER
+from ..errors import ConfigError
 from ..models import ala_param_names
 from ..params import Int, Param
 from .base import Aggregated, Algorithm, Round, Sent, Setup, Trained, Work
@@ -38,6 +39,9 @@ class FedRep(Algorithm):
         super().__init__(setup)
         self.head = tuple(ala_param_names(setup.model, 1))  # the top block
         self.body = tuple(n for n in setup.param_names if n not in self.head)
+        if not self.body:  # one block: nothing to share, and the body's steps would have nothing to train
+            raise ConfigError("model", type(setup.model).__name__, "a model of two blocks or more for FedRep: its "
+                              "top block is each client's head, the blocks below it the shared body")
 
     def downloads(self) -> list[str]:
         return list(self.body)

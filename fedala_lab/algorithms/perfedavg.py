@@ -95,10 +95,20 @@ class PerFedAvg(Algorithm):
         return Trained(out["params"], out["buffers"], aux[..., 0], done=plan.sizes > 0)
 
 
-PARAMS = (Param("perfedavg_beta", None, Optional(Float(0, lo_open=True)), "Per-FedAvg: step size β of each local "
-                "step (none: the run's lr, as PFLlib); α, of the inner step and of the adaptation before "
+def _hint(cfg) -> str:
+    """The setting most likely behind a diverged Per-FedAvg run: its outer step β where it is set above the
+    inner step α = lr (otherwise lr is both, and the engine names it)."""
+    beta = cfg.perfedavg_beta
+    if beta is None or beta <= cfg.lr:
+        return ""
+    return (f"Per-FedAvg's perfedavg_beta={beta:g}, the step size of each local step, is most likely too large (it "
+            f"is above the inner step lr={cfg.lr:g}): try a smaller perfedavg_beta, or none (= lr)")
+
+
+PARAMS = (Param("perfedavg_beta", None, Optional(Float(0, 10, lo_open=True)), "Per-FedAvg: step size β of each "
+                "local step (none: the run's lr, as PFLlib); α, of the inner step and of the adaptation before "
                 "evaluation, is the run's lr", short="β {}"),)
 
 SPEC = make_spec("perfedavg", PerFedAvg, label="Per-FedAvg", params=PARAMS, colour="maroon",
-                 line_style="-.", category="fine-tune a global model", builtin=True,
+                 line_style="-.", category="fine-tune a global model", divergence_hint=_hint, builtin=True,
                  doc="Fallah, Mokhtari & Ozdaglar, NeurIPS 2020 (first-order variant)")

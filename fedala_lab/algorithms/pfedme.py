@@ -113,24 +113,33 @@ class PFedMe(Algorithm):
 
 
 def _hint(cfg) -> str:
-    """The personal and the local step each scale a difference by 1 − step·λ: from 2 on it grows each step."""
-    worst = max((cfg.lr, "lr"), (cfg.pfedme_plr, "pfedme_plr"))
-    if worst[0] * cfg.pfedme_lambda < 2:
-        return ""
-    step, name = worst
-    return (f"pFedMe's pfedme_lambda={cfg.pfedme_lambda:g} is most likely too large for {name}={step:g}: each "
-            f"step scales the gap between the personal and the local model by 1 − {name}·λ = "
-            f"{1 - step * cfg.pfedme_lambda:.3g}, which must stay within (−1, 1): try λ < {2 / step:g}")
+    """The setting most likely behind a diverged pFedMe run: λ, where a step it scales (the personal and the
+    local step each scale a difference by 1 − step·λ) grows from 2 on; else personal steps larger than the
+    local one; else a server step past the clients' mean."""
+    step, name = max((cfg.lr, "lr"), (cfg.pfedme_plr, "pfedme_plr"))
+    if step * cfg.pfedme_lambda >= 2:
+        return (f"pFedMe's pfedme_lambda={cfg.pfedme_lambda:g} is most likely too large for {name}={step:g}: each "
+                f"step scales the gap between the personal and the local model by 1 − {name}·λ = "
+                f"{1 - step * cfg.pfedme_lambda:.3g}, which must stay within (−1, 1): try λ < {2 / step:g}")
+    if cfg.pfedme_plr > cfg.lr:
+        return (f"pFedMe's pfedme_plr={cfg.pfedme_plr:g}, the learning rate of its K={cfg.pfedme_k} personal steps "
+                f"per batch, is most likely too large (it is above lr={cfg.lr:g}): try a smaller pfedme_plr")
+    if cfg.pfedme_beta > 1:
+        return (f"pFedMe's pfedme_beta={cfg.pfedme_beta:g} steps the server's model past the clients' mean every "
+                "round (β = 1 is the mean): try pfedme_beta <= 1")
+    return ""
 
 
 PARAMS = (
-    Param("pfedme_lambda", 15.0, Float(0), "pFedMe: λ, the pull between each personal model θ_i and the local "
-          "model w_i (PFLlib's default in 2021)", short="λ"),
+    Param("pfedme_lambda", 15.0, Float(0, 1_000), "pFedMe: λ, the pull between each personal model θ_i and the "
+          "local model w_i (PFLlib's default in 2021); lr·λ and pfedme_plr·λ below 2 keep its steps stable",
+          short="λ"),
     Param("pfedme_k", 5, Int(1, 1_000), "pFedMe: K, personal steps on θ per batch (PFLlib)", short="K"),
-    Param("pfedme_plr", 0.01, Float(0, lo_open=True), "pFedMe: learning rate of the personal steps (PFLlib's "
+    Param("pfedme_plr", 0.01, Float(0, 10, lo_open=True), "pFedMe: learning rate of the personal steps (PFLlib's "
           "p_learning_rate)"),
-    Param("pfedme_beta", 1.0, Float(0, lo_open=True), "pFedMe: β, the server's step towards the clients' mean "
-          "(1: the mean)", short="β {}"),
+    Param("pfedme_beta", 1.0, Float(0, 2, lo_open=True, hi_open=True), "pFedMe: β, the server's step towards the "
+          "clients' mean (1: the mean; from 2 on each round would land at least as far past the mean as the "
+          "model was before it)", short="β {}"),
 )
 
 SPEC = make_spec("pfedme", PFedMe, label="pFedMe", params=PARAMS, colour="mediumvioletred",

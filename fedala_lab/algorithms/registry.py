@@ -22,6 +22,7 @@ plugins.py) load the first time a name is looked up.
 from __future__ import annotations
 
 import dataclasses
+import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -173,20 +174,43 @@ def reserve(names: Iterable[str]) -> None:
     _RESERVED.update(names)
 
 
-def _declare(params: Sequence[Param], owner: str) -> None:
+def _check_declarations(params: Sequence[Param], owner: str) -> None:
+    """Refuse ``owner``'s hyper-parameters before anything is registered: each a Param, named once, not a config
+    field, not clashing with another owner's declaration of that name, its default allowed."""
+    seen = set()
     for p in params:
         if not isinstance(p, Param):
-            raise TypeError(f"{owner}: hyper-parameters are Param(...) declarations, not {p!r}")
+            raise ConfigError("params", p, f"Param(...) declarations (in {owner}'s registration)")
+        if p.name in seen:
+            raise ConfigError("params", p.name, f"each hyper-parameter declared once; {owner}'s registration "
+                              f"declares {p.name!r} twice")
+        seen.add(p.name)
         if p.name in _RESERVED:
-            raise ValueError(f"{owner}: hyper-parameter {p.name!r} is already a config field; choose another name")
+            raise ConfigError("params", p.name, f"a name that is not already a config field ({owner}'s hyper-"
+                              f"parameter {p.name!r} is already a config field; choose another name)")
         have = _PARAMS.get(p.name)
         if have is not None and have[1] != owner and (have[0].default, have[0].allowed) != (p.default, p.allowed):
-            raise ValueError(f"{owner}: hyper-parameter {p.name!r} is declared by {have[1]} with default "
-                             f"{have[0].default!r} ({have[0].allowed.text}); reuse that declaration or choose "
-                             "another name")
+            raise ConfigError("params", p.name, f"a name not declared otherwise ({owner}: hyper-parameter "
+                              f"{p.name!r} is declared by {have[1]} with default {have[0].default!r} "
+                              f"({have[0].allowed.text}); reuse that declaration or choose another name)")
         p.check(p.default)  # a default must itself be allowed
+
+
+def _declare(params: Sequence[Param], owner: str) -> None:
+    _check_declarations(params, owner)
     for p in params:
         _PARAMS.setdefault(p.name, (p, owner))
+
+
+def _forget(owner: str) -> None:
+    """Drop ``owner``'s declarations; a name another registered algorithm also declares stays declared, by it."""
+    for k in [k for k, (_, who) in _PARAMS.items() if who == owner]:
+        del _PARAMS[k]
+        other = next(((p, s.name) for s in _SPECS.values() if s.name != owner for p in s.params if p.name == k),
+                     None) or next(((p, m.suffix) for m in _MODIFIERS.values() for p in m.params if p.name == k),
+                                   None)
+        if other is not None:
+            _PARAMS[k] = other
 
 
 def make_spec(name: str, build: Callable, *, label: str | None = None, params: Sequence[Param] = (),
@@ -196,10 +220,11 @@ def make_spec(name: str, build: Callable, *, label: str | None = None, params: S
               divergence_hint: Callable | None = None, tracks_clients: bool = False, horizon_free: bool = True,
               communication: str = "Σ", doc: str = "", builtin: bool = False) -> AlgorithmSpec:
     """An :class:`AlgorithmSpec` from :func:`register_algorithm`'s arguments, not yet registered."""
-    if not isinstance(name, str) or not name or not all(c.islower() or c.isdigit() or c in "_-" for c in name):
-        raise ValueError(f"algorithm name {name!r}: use lower-case letters, digits, '_' and '-'")
+    # ASCII only: a name with a Cyrillic "е" prints as "fedavg" and would be another algorithm
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9_-]+", name):
+        raise ConfigError("name", name, "lower-case ASCII letters a-z, digits, '_' and '-' (algorithm name)")
     if not callable(build):
-        raise TypeError(f"build must be an Algorithm subclass or a function(setup) -> Algorithm, not {build!r}")
+        raise ConfigError("build", build, "an Algorithm subclass or a function(setup) -> Algorithm")
     return AlgorithmSpec(name=name, label=label or name, build=build, params=tuple(params), colour=colour,
                          line_style=line_style, category=category, modifiers=tuple(modifiers),
                          keeps_stragglers=keeps_stragglers, variants=dict(variants or {}), check=check,
@@ -231,15 +256,18 @@ def register_spec(spec: AlgorithmSpec) -> AlgorithmSpec:
     with _LOCK:
         old = _SPECS.get(name)
         if old is not None and old.builtin:
-            raise ValueError(f"{name!r} is a built-in algorithm; register yours under another name")
+            raise ConfigError("name", name, "a name that is not a built-in algorithm's; register yours under "
+                              "another name")
         if name in _ALIASES or any(name.endswith(m.suffix) for m in _MODIFIERS.values()):
-            raise ValueError(f"{name!r} is taken by an alias or ends like a modifier ({', '.join(_suffixes())})")
+            raise ConfigError("name", name, f"a name that is not an alias and does not end in a modifier's suffix "
+                              f"({', '.join(_suffixes())})")
         unknown = [m for m in spec.modifiers if m not in _MODIFIERS]
         if unknown:
-            raise ValueError(f"unknown modifier(s) {unknown}: known are {sorted(_MODIFIERS)}")
-        if old is not None:  # forget its old declarations
-            for k in [k for k, (_, owner) in _PARAMS.items() if owner == name]:
-                del _PARAMS[k]
+            raise ConfigError("modifiers", unknown, f"known modifiers: {sorted(_MODIFIERS)}")
+        # everything checked before anything changes: a refused registration leaves the earlier one whole
+        _check_declarations(spec.params, name)
+        if old is not None:
+            _forget(name)
         _declare(spec.params, name)
         _SPECS[name] = spec
         return spec

@@ -39,14 +39,16 @@ def batchable(model: nn.Module) -> bool:
     return True
 
 
-def forward(model: nn.Sequential, params: dict[str, torch.Tensor], x: torch.Tensor, start: int = 0,
+def forward(model: nn.Module, params: dict[str, torch.Tensor], x: torch.Tensor, start: int = 0,
             stop: int | None = None) -> torch.Tensor:
     """The outputs (A, B, *out) of A clients' models on their inputs x (A, B, *in); ``params`` are (A, *shape)
     by name (the model's own parameters are not used). ``start``/``stop``: run the top-level children
     ``start…stop - 1`` only (a BlockNet's blocks; ALA's head-only steps)."""
-    children = list(model.named_children())[start:stop]
-    for name, child in children:
-        x = _run(child, f"{name}.", params, x)
+    # a bare layer as the whole model (logistic regression: nn.Linear) is its one block; its parameters'
+    # names carry no prefix
+    blocks = list(model.named_children()) if isinstance(model, nn.Sequential) else [("", model)]
+    for name, child in blocks[start:stop]:
+        x = _run(child, f"{name}." if name else "", params, x)
     return x
 
 

@@ -22,6 +22,9 @@ def resolve_device(name: str) -> torch.device:
     dev = torch.device(name)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device", name, "a device this machine has (no CUDA GPU found); use auto or cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        n = torch.cuda.device_count()
+        raise ConfigError("device", name, f"a device this machine has: cuda:0 to cuda:{n - 1} ({n} GPU(s))")
     if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         raise ConfigError("device", name, "a device this machine has (no Apple MPS found); use auto or cpu")
     return dev

@@ -69,6 +69,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._pytree import tree_flatten, tree_map
 
+from ..errors import ConfigError
 from .backends import BatchPlan, LoopBackend, client_steps, layout, write_back
 from .parallel import default_workers, main_not_rerun
 from .steps import SGD, Recipe, weighted_ce
@@ -295,6 +296,17 @@ def _send_error(conn, err: BaseException) -> None:
 # -- the pool of processes --------------------------------------------------------------------------
 
 
+def worker_count(workers) -> int:
+    """The number of worker processes ``workers`` asks for: None → :func:`default_workers`, else a whole number
+    >= 1 (0 or -2 is a ConfigError naming workers, never read as "the default" or 1)."""
+    if workers is None:
+        return default_workers()
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+        raise ConfigError("workers", workers, "a whole number >= 1 (worker processes), a WorkerPool, or None "
+                          "(one per core)")
+    return int(workers)
+
+
 class WorkerPool:
     """N training processes, one torch thread each; reusable across runs (one session at a time).
 
@@ -305,7 +317,7 @@ class WorkerPool:
     """
 
     def __init__(self, workers: int | None = None):
-        self.size = max(1, int(workers or default_workers()))
+        self.size = worker_count(workers)
         self._procs: list = []
         self._conns: list = []
         self._sessions: list = []  # tokens of the sessions the workers hold, oldest first (as they keep them)
@@ -513,7 +525,7 @@ class WorkerBackend:
         self.model, self.channels_last, self.fused_linear = model, bool(channels_last), bool(fused_linear)
         self._own_pool = not isinstance(workers, WorkerPool)
         self._pool = workers if isinstance(workers, WorkerPool) else None
-        size = workers.size if isinstance(workers, WorkerPool) else max(1, int(workers or default_workers()))
+        size = workers.size if isinstance(workers, WorkerPool) else worker_count(workers)
         import multiprocessing
 
         self.in_process = size == 1 or multiprocessing.current_process().daemon  # daemons have no children

@@ -7,6 +7,7 @@ data is never re-read or copied per round (the reference re-reads npz files from
 
 from __future__ import annotations
 
+import numbers
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -45,16 +46,14 @@ class FederatedData:
         Images (any float or small integer pixels) become float32; integer inputs of a text model (token ids,
         int32/int64) stay int64. A run on such data is keyed by its content (:meth:`fingerprint`), never by a
         path: ``simulate(cfg, data=fd)`` and ``get_or_run(cfg, data=fd)`` store it as ``custom:<name>``."""
-        if len(train) != len(test):
-            raise ConfigError("test", f"{len(test)} clients", f"as many clients as train ({len(train)})")
-        if not train:
-            raise ConfigError("num_clients", 0, "at least 1 client")
-        for split, parts in (("train", train), ("test", test)):
-            for i, part in enumerate(parts):
-                check_finite(part[0], f"{name}: client {i}'s {split} images")
+        num_classes = _checked_num_classes(num_classes)
+        train, test = _checked_clients(train, test, num_classes, name)
+        if class_names and len(class_names) != num_classes:
+            raise ConfigError("class_names", tuple(class_names), f"one name per class: {num_classes} names "
+                              f"(num_classes={num_classes})")
 
         def cat(parts, i):
-            return torch.as_tensor(np.concatenate([np.asarray(p[i]) for p in parts]))
+            return torch.as_tensor(np.concatenate([p[i] for p in parts]))
 
         def offsets(parts):
             return np.concatenate([[0], np.cumsum([len(p[1]) for p in parts])]).astype(np.int64)
@@ -64,7 +63,7 @@ class FederatedData:
 
         dev = torch.device(device)
         return cls(
-            name=name, num_classes=int(num_classes),
+            name=name, num_classes=num_classes,
             class_names=tuple(class_names) if class_names else tuple(str(i) for i in range(num_classes)),
             train_x=inputs(cat(train, 0)).to(dev), train_y=cat(train, 1).long().to(dev),
             train_offsets=offsets(train),
@@ -194,6 +193,89 @@ class FederatedData:
             name = f"{self.source.dataset.split(':')[-1]}-edited"
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "data"
         return DataConfig(dataset=CUSTOM_PREFIX + safe, num_clients=self.num_clients, content=self.fingerprint())
+
+
+def _checked_num_classes(num_classes) -> int:
+    """``num_classes`` as an int, or a ConfigError: a whole number >= 1 (never 3.7 read as 3)."""
+    if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral) or num_classes < 1:
+        raise ConfigError("num_classes", num_classes, "an integer >= 1 (the number of labels; labels are "
+                          "0 … num_classes-1)")
+    return int(num_classes)
+
+
+def _checked_clients(train, test, num_classes: int, name: str):
+    """``train`` and ``test`` as lists of numpy ``(x, y)`` pairs, y int64, checked before anything is built.
+
+    One DataError naming the split, the client and what is allowed for each way a client's arrays can be wrong:
+    x and y of different row counts (their rows would shift onto the next client), x not numbers or of another
+    feature shape than the first client's, NaN or infinite x, labels that are not whole numbers in
+    ``0 … num_classes-1`` (0.5 is refused, never truncated)."""
+    for arg, parts in (("train", train), ("test", test)):
+        if isinstance(parts, (np.ndarray, torch.Tensor)):  # one client's x (or all rows) instead of the list
+            raise ConfigError(arg, f"an array of shape {tuple(parts.shape)}", "a list with one (x, y) pair per client")
+        if isinstance(parts, (str, bytes)) or not hasattr(parts, "__len__"):
+            raise ConfigError(arg, type(parts).__name__, "a list with one (x, y) pair per client")
+    if len(train) != len(test):
+        raise ConfigError("test", f"{len(test)} clients", f"as many clients as train ({len(train)})")
+    if not len(train):
+        raise ConfigError("num_clients", 0, "at least 1 client")
+    shape, out = None, {}
+    for split, parts in (("train", train), ("test", test)):
+        out[split] = []
+        for i, part in enumerate(parts):
+            where = f"{name}: {split}[{i}] (client {i}'s {split} data)"
+            if isinstance(part, (str, bytes)) or not hasattr(part, "__len__") or len(part) != 2:
+                size = f" of length {len(part)}" if hasattr(part, "__len__") else ""
+                raise DataError(f"{where} is not an (x, y) pair but a {type(part).__name__}{size}; each client "
+                                "is an (x, y) pair of arrays")
+            x, y = (_numpy(v, f"{where}: {k}") for k, v in zip("xy", part))
+            if x.dtype.kind not in "biuf":
+                raise DataError(f"{where}: x holds {x.dtype} values; x must hold numbers (float pixels or "
+                                "integer token ids)")
+            if x.ndim < 1:
+                raise DataError(f"{where}: x is a single value; x must be an array of rows, one per sample")
+            if y.ndim != 1 or len(y) != len(x):
+                raise DataError(f"{where}: y has shape {y.shape} but x has {len(x)} rows; y must hold one label "
+                                "per row of x")
+            if len(x):  # an empty client ([] or (0, …)) takes the others' shape
+                if shape is None:
+                    shape, kind, first = x.shape[1:], x.dtype, f"{split}[{i}]"
+                elif x.shape[1:] != shape:
+                    raise DataError(f"{where}: x's rows have shape {x.shape[1:]} but {first}'s have {shape}; "
+                                    "every client's samples must have one shape")
+            check_finite(x, f"{name}: client {i}'s {split} images")  # the words of the pfllib loader's check
+            out[split].append((x, _labels(y, num_classes, where)))
+    if shape is None:
+        raise DataError(f"{name}: no client holds a sample; give at least one (x, y) pair with rows")
+    return tuple([(x if len(x) else x.astype(kind).reshape(0, *shape), y) for x, y in out[split]]
+                 for split in ("train", "test"))
+
+
+def _numpy(v, where: str) -> np.ndarray:
+    if isinstance(v, torch.Tensor):
+        return v.detach().cpu().numpy()
+    try:
+        return np.asarray(v)
+    except (TypeError, ValueError) as err:  # a ragged list of rows
+        raise DataError(f"{where} is not an array of numbers: its rows differ in length or type ("
+                        f"{str(err).split('.')[0]})") from None
+
+
+def _labels(y: np.ndarray, num_classes: int, where: str) -> np.ndarray:
+    """``y`` as int64 labels, or a DataError: whole numbers in 0 … num_classes-1."""
+    allowed = f"labels must be whole numbers from 0 to {num_classes - 1} (num_classes={num_classes})"
+    if y.dtype.kind not in "biuf":
+        raise DataError(f"{where}: y holds {y.dtype} values; {allowed}")
+    if y.dtype.kind == "f":
+        frac = ~np.isfinite(y) | (y != np.round(y))
+        if frac.any():
+            raise DataError(f"{where}: label {y[frac][0].item()!r} (row {int(np.flatnonzero(frac)[0])}) is not a whole "
+                            f"number; {allowed}")
+    bad = (y < 0) | (y >= num_classes)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise DataError(f"{where}: label {y[row].item()!r} (row {row}) is out of range; {allowed}")
+    return y.astype(np.int64)
 
 
 _CACHE: OrderedDict[tuple, FederatedData] = OrderedDict()

@@ -52,12 +52,12 @@ from ..algorithms.base import (
 from ..compute import rng
 from ..compute.backends import make_backend
 from ..compute.device import cpu_threads, environment, resolve_device
-from ..compute.workers import WorkerBackend, WorkerPool
+from ..compute.workers import WorkerBackend, WorkerPool, worker_count
 from ..config import DataConfig, RunConfig
 from ..data.federated import FederatedData
 from ..errors import ConfigError, RunCancelled, TrainingDiverged
 from ..models import CUSTOM_PREFIX, build_model, fingerprint, num_parameters
-from ..record.run import Run
+from ..record.run import Run, torch_save
 from .recorder import Recorder
 from .stragglers import LocalWork, draw_work
 
@@ -108,6 +108,8 @@ class Simulation:
     def __init__(self, cfg: RunConfig, data: FederatedData | None = None, *, model: nn.Module | None = None,
                  chunk_clients: int | None = None, workers: int | WorkerPool | None = None,
                  channels_last: bool | None = None, fused_linear: bool | None = None, graphs: bool = False):
+        if workers is not None and not isinstance(workers, WorkerPool):
+            worker_count(workers)  # refused up front, whichever backend the run picks
         cfg = bind(cfg, data, model).check()
         self.cfg = cfg
         self.device = resolve_device(cfg.device)
@@ -530,8 +532,12 @@ class Simulation:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        torch.save(self.state_dict(recorder=recorder), tmp)
-        os.replace(tmp, path)
+        try:
+            torch_save(self.state_dict(recorder=recorder), tmp)  # a full disk: an OSError saying so
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # never a half-written file left behind
+            raise
 
     def load_checkpoint(self, path: str | Path) -> bool:
         """Restore from ``path`` if it holds a checkpoint of this config; False if absent or foreign."""
@@ -597,19 +603,27 @@ def simulate(cfg: RunConfig, data: FederatedData | None = None, *, model: nn.Mod
 
 
 def _check_fits(model: nn.Module, data: FederatedData) -> None:
-    """A module given as the model must map a batch of the data's inputs to one score per class."""
+    """A module given as the model must hold parameters and map a batch of the data's inputs to a tensor of one
+    score per class and sample."""
+    name = type(model).__name__
+    first = next(model.parameters(), None)
+    if first is None:
+        raise ConfigError("model", name, "a module with parameters to train (it has none)")
+    x = data.train_x[:2].to(first.device)
     was = model.training
     model.eval()
     try:
         with torch.no_grad():
-            out = model(data.train_x[:2].to(next(model.parameters()).device))
+            out = model(x)
     except Exception as err:  # noqa: BLE001 - any failure of the user's module: say what it was given
-        raise ConfigError("model", type(model).__name__, f"a module that accepts inputs of shape "
-                          f"{tuple(data.input_shape)} ({data.train_x.dtype})", str(err).splitlines()[0]) from None
+        raise ConfigError("model", name, f"a module that accepts inputs of shape {tuple(data.input_shape)} "
+                          f"({data.train_x.dtype})", (str(err).splitlines() or [type(err).__name__])[0]) from None
     finally:
         model.train(was)
-    if tuple(out.shape[1:]) != (data.num_classes,):
-        raise ConfigError("model", type(model).__name__, f"a module whose output has {data.num_classes} scores per "
-                          f"sample (one per class); it gives shape {tuple(out.shape)}")
-    if not any(True for _ in model.parameters()):
-        raise ConfigError("model", type(model).__name__, "a module with parameters to train")
+    if not isinstance(out, torch.Tensor):
+        raise ConfigError("model", name, f"a module whose forward returns one tensor of scores, (batch, "
+                          f"{data.num_classes}); it returns a {type(out).__name__}")
+    if tuple(out.shape) != (len(x), data.num_classes):
+        raise ConfigError("model", name, f"a module whose output has {data.num_classes} scores per sample (one "
+                          f"per class, num_classes={data.num_classes}); it gives shape {tuple(out.shape)} for "
+                          f"{len(x)} samples")

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import RunConfig, merge_settings, read_config_file, setting_names
+from ..config import MAX_GRID_POINTS, RunConfig, merge_settings, read_config_file, setting_names
 from ..data.config import dataset_label
 from ..errors import ConfigError
 from .presets import preset
@@ -54,7 +55,10 @@ def axis_name(name: str) -> str:
 def _values(axis: str, values) -> tuple:
     if isinstance(values, (str, int, float, bool)) or values is None:
         values = [values]
-    values = tuple(values)
+    values = tuple(itertools.islice(values, MAX_GRID_POINTS + 1))  # never an endless or huge range read whole
+    if len(values) > MAX_GRID_POINTS:
+        raise ConfigError(f"grid.{axis}", f"more than {MAX_GRID_POINTS:,} values",
+                          f"at most {MAX_GRID_POINTS:,} values; split the sweep")
     if not values:
         raise ConfigError(f"grid.{axis}", [], "at least one value")
     if len(set(map(repr, values))) != len(values):
@@ -91,6 +95,10 @@ class SweepSpec:
         dup = sorted({a for a in axes if axes.count(a) > 1})
         if dup:
             raise ConfigError("grid", dup[0], "each axis once")
+        points = math.prod(len(v) for _, v in grid)
+        if points > MAX_GRID_POINTS:
+            raise ConfigError("grid", " × ".join(f"{a} {len(v):,}" for a, v in grid) + f" = {points:,} points",
+                              f"at most {MAX_GRID_POINTS:,} grid points in one sweep; split it (e.g. by seeds)")
         object.__setattr__(self, "grid", grid)
         if self.by is not None:
             by = (self.by,) if isinstance(self.by, str) else tuple(self.by)

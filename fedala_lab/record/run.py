@@ -298,6 +298,41 @@ def check_files(d: Path, manifest: dict, *, hashes: bool) -> str:
     return ""
 
 
+def torch_save(obj, path: str | Path) -> None:
+    """``torch.save(obj, path)``, but a failed write (a full disk) raises its OSError naming ``path``: torch
+    itself reports it as "RuntimeError: [enforce fail at inline_container.cc] unexpected pos", which says
+    nothing of the disk. The caller removes what was half-written."""
+    import torch
+
+    class _Writes:  # torch writes through this and swallows the OSError into its RuntimeError: keep it
+        def __init__(self, fh):
+            self.fh, self.error = fh, None
+
+        def write(self, b):
+            try:
+                return self.fh.write(b)
+            except OSError as err:
+                self.error = err
+                raise
+
+        def flush(self):
+            return self.fh.flush()
+
+    out = None
+    try:
+        with open(path, "wb") as fh:
+            out = _Writes(fh)
+            torch.save(obj, out)
+    except RuntimeError:
+        if out is None or out.error is None:
+            raise
+        raise OSError(out.error.errno, out.error.strerror, str(path)) from None
+    except OSError as err:  # the last buffered bytes failed as the file closed
+        if err.filename is not None:
+            raise
+        raise OSError(err.errno, err.strerror, str(path)) from None
+
+
 def sha256(path: Path) -> str:
     """The SHA-256 of a file, in hex."""
     return _sha256(path)

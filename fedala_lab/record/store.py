@@ -47,8 +47,8 @@ import pandas as pd
 
 from ..config import RunConfig
 from ..environ import RUNS, env_folder
-from ..errors import DataError, TrainingDiverged
-from .run import Run, check_files, read_manifest, sha256
+from ..errors import ConfigError, DataError, TrainingDiverged
+from .run import Run, check_files, read_manifest, sha256, torch_save
 
 _KEPT_STATE = re.compile(r"\.state-r\d+\.pt$")
 # A temporary folder or file of a writer on another machine (a shared store) is swept only this old.
@@ -74,6 +74,8 @@ class Stored:
 
 class RunStore:
     def __init__(self, root: str | Path | None = None):
+        if isinstance(root, str) and not root.strip():  # Path("") is ".": the runs would land in this folder
+            raise ConfigError("store", root, "a folder path (the run store; unset: $FEDALA_LAB_RUNS or ./runs)")
         self.root = Path(root) if root is not None else default_root()
         if self.root.exists() and not self.root.is_dir():
             raise DataError(f"run store {self.root} is a file, not a folder: give a folder (it is created "
@@ -312,9 +314,7 @@ class RunStore:
 def _place(src, dest: Path) -> None:
     """A state dict written to ``dest``, or the file ``src`` hard-linked there (copied across devices)."""
     if isinstance(src, dict):
-        import torch
-
-        torch.save(src, dest)
+        torch_save(src, dest)  # a full disk: an OSError, which save() reports as one line
         return
     try:
         os.link(src, dest)

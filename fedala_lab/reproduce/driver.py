@@ -61,12 +61,12 @@ def run_figures(preset_name: str = "quick", *, only: Iterable[str] | None = None
     planned = planned_configs(plan, keys)
     for cfg in (plan.practical, plan.pathological, *planned):  # before anything runs or is written
         check_partition(cfg)
+    cache = RunCache(store, trackers=trackers)  # a bad store is refused before the out folder is made
     out = Path(out if out is not None else default_out(preset_name))
     index = _read_index(out)
     out.mkdir(parents=True, exist_ok=True)
     from tqdm.auto import tqdm
 
-    cache = RunCache(store, trackers=trackers)
     total = rounds_to_compute(planned, cache.store)
     overall = tqdm(total=total, desc="rounds to simulate", unit="round", disable=not progress, dynamic_ncols=True)
 
