@@ -138,23 +138,41 @@ def run_sim(cfg, data, **kw):
         return sim, sim.run(progress=False)
 
 
-def assert_same_run(sim_a, run_a, sim_b, run_b):
-    """Bit for bit: every recorded number but wall-clock seconds, every model, buffer and state."""
+def assert_frames_exact(a, b, **kw):
+    """Two frames equal value for value: ``check_exact=True`` (without it pandas compares floats at rtol
+    1e-5), NaN only where the other has NaN, the same dtypes unless ``check_dtype=False`` is passed."""
     import pandas as pd
 
-    from fedala_lab.algorithms.base import state_to_dict
+    pd.testing.assert_frame_equal(a, b, check_exact=True, **kw)
 
-    pd.testing.assert_frame_equal(run_a.clients.drop(columns="seconds"), run_b.clients.drop(columns="seconds"))
-    seconds = [c for c in run_a.rounds if c.endswith("seconds")]
-    pd.testing.assert_frame_equal(run_a.rounds.drop(columns=seconds), run_b.rounds.drop(columns=seconds))
-    pd.testing.assert_frame_equal(run_a.ala, run_b.ala)
-    for name, frame in run_a.tables.items():
-        pd.testing.assert_frame_equal(frame, run_b.tables[name])
-    for k in run_a.arrays:
-        np.testing.assert_array_equal(run_a.arrays[k], run_b.arrays[k])
+
+def assert_same_models(sim_a, sim_b):
+    """Every client's model and buffers and the global model, bit for bit (``torch.equal``)."""
     for part in ("local_params", "global_params", "local_buffers"):
         a, b = getattr(sim_a, part), getattr(sim_b, part)
-        assert a.keys() == b.keys()
+        assert a.keys() == b.keys(), part
         for n in a:
             assert torch.equal(a[n], b[n]), (part, n)
+
+
+def assert_same_state(sim_a, sim_b):
+    """The algorithm's round-to-round state (ALA's W, Ditto's personal models, ...), bit for bit."""
+    from fedala_lab.algorithms.base import state_to_dict
+
     torch.testing.assert_close(state_to_dict(sim_a.state), state_to_dict(sim_b.state), atol=0, rtol=0)
+
+
+def assert_same_run(sim_a, run_a, sim_b, run_b):
+    """Bit for bit: every recorded number but wall-clock seconds, every model, buffer and state."""
+    assert_frames_exact(run_a.clients.drop(columns="seconds"), run_b.clients.drop(columns="seconds"))
+    seconds = [c for c in run_a.rounds if c.endswith("seconds")]
+    assert_frames_exact(run_a.rounds.drop(columns=seconds), run_b.rounds.drop(columns=seconds))
+    assert_frames_exact(run_a.ala, run_b.ala)
+    assert run_a.tables.keys() == run_b.tables.keys()
+    for name, frame in run_a.tables.items():
+        assert_frames_exact(frame, run_b.tables[name])
+    assert sorted(run_a.arrays) == sorted(run_b.arrays)
+    for k in run_a.arrays:
+        np.testing.assert_array_equal(run_a.arrays[k], run_b.arrays[k], err_msg=k)
+    assert_same_models(sim_a, sim_b)
+    assert_same_state(sim_a, sim_b)
