@@ -82,6 +82,23 @@ def device(request):
 
 CUDA_TOL_FACTOR = 10  # CUDA's kernels sum in other orders than the CPU's and than each other's
 
+# -- tolerances: one float32 result computed two correct ways ------------------------------------------------
+# Where a test claims exactness it compares exactly (assert_same_run below: check_exact=True, torch.equal). A
+# tolerance is for two computations of the same arithmetic in another order: the vectorised backend (all
+# clients in one vmap call: batched matrix products, grouped convolutions) against the loop backend (a client
+# at a time), the engine against a transcription written with nn.Modules, a fused SGD update against the
+# plain one. Each sums in its own order, so the results differ by float rounding, and SGD carries such
+# differences on from step to step. Measured on the CPU over this suite (torch 2.14, 3–5 rounds on the ragged
+# data), the largest differences were:
+#   one round or a few steps: 2.4e-7 (a loss, 2 ulp at 1.0), 1.2e-7 in a parameter or in ALA's W;
+#   a run of 3–5 rounds:      2.5e-7 in a loss, 6e-8 in a parameter, 4.8e-7 in ALA's W.
+# STEP_TOL and RUN_TOL are 4× and 20× those: room for another CPU, whose vector width sums in yet another
+# order, the run's figure larger because rounding compounds over rounds. What they cannot see is a change of
+# that size: FedProx with μ = 1e-4 instead of 0 moves 3 rounds by 2e-6 in the parameters and 4.5e-6 in the
+# losses, which is why μ = 0 against FedAvg (and every other exactness claim) is compared bit for bit.
+STEP_TOL = 1e-6
+RUN_TOL = 1e-5
+
 
 def tol(device: str, cpu: float) -> float:
     """An oracle's tolerance on ``device``: ``cpu`` on the CPU; on CUDA 10× that (at least 1e-5). Exact
