@@ -193,3 +193,28 @@ def assert_same_run(sim_a, run_a, sim_b, run_b):
         np.testing.assert_array_equal(run_a.arrays[k], run_b.arrays[k], err_msg=k)
     assert_same_models(sim_a, sim_b)
     assert_same_state(sim_a, sim_b)
+
+
+def assert_same_stored_run(a, b, store_a, store_b):
+    """Two stored runs bit for bit: their records but wall-clock seconds, their arrays and the engine state the
+    store keeps with each at its last round (every model, buffer and the algorithm's state)."""
+    assert_frames_exact(a.clients.drop(columns="seconds"), b.clients.drop(columns="seconds"))
+    seconds = [c for c in a.rounds if c.endswith("seconds")]
+    assert_frames_exact(a.rounds.drop(columns=seconds), b.rounds.drop(columns=seconds))
+    assert_frames_exact(a.ala, b.ala)
+    assert a.tables.keys() == b.tables.keys()
+    for name, frame in a.tables.items():
+        assert_frames_exact(frame, b.tables[name])
+    assert sorted(a.arrays) == sorted(b.arrays)
+    for k in a.arrays:
+        np.testing.assert_array_equal(a.arrays[k], b.arrays[k], err_msg=k)
+    sa, sb = store_a.load_state(a.path, a.config.rounds), store_b.load_state(b.path, b.config.rounds)
+    for part in ("global", "local", "buffers"):
+        assert sa[part].keys() == sb[part].keys()
+        for k in sa[part]:
+            assert torch.equal(sa[part][k], sb[part][k]), (part, k)
+    if sa["state"] is None:
+        assert sb["state"] is None
+    else:
+        torch.testing.assert_close(sa["state"], sb["state"], atol=0, rtol=0)
+    assert a.meta.get("capped_clients") == b.meta.get("capped_clients")
