@@ -49,7 +49,7 @@ def test_interval_rule_matches_spec_and_a_worked_example():
     # δ = 0.05, 0.85, 1.0;  1 − λ = 0.9, 0.1, 0.0  → only layer 1 is relaxed
     r = assign_intervals([3.0, 1.0, 2.0], [10, 10, 80])
     assert r["order"].tolist() == [1, 2, 0]
-    np.testing.assert_allclose(r["delta"], [0.05, 0.85, 1.0])
+    np.testing.assert_allclose(r["delta"], [0.05, 0.85, 1.0])  # decimal fractions: float64 rounding, rtol 1e-7
     np.testing.assert_allclose(r["one_minus_lambda"], [0.9, 0.1, 0.0])
     assert r["long"].tolist() == [False, True, False]
     g = np.random.default_rng(0)

@@ -46,9 +46,9 @@ def test_fomo_weights_and_combination():
     owner = torch.tensor([0, 0, 0, 1, 1])
     w, mix = fedfomo.fomo_weights(gain, dist, owner, 2)
     raw = gain / (dist + fedfomo.EPS)
-    torch.testing.assert_close(w, raw)
+    torch.testing.assert_close(w, raw, atol=0, rtol=0)  # the same float64 division
     torch.testing.assert_close(mix, torch.stack([raw[0], raw[1], 0 * raw[0], 0 * raw[0], 0 * raw[0]])
-                               / torch.tensor([raw[0] + raw[1]] * 3 + [1, 1], dtype=torch.float64))
+                               / torch.tensor([raw[0] + raw[1]] * 3 + [1, 1], dtype=torch.float64), atol=0, rtol=0)
     # uniform weights 1/N over the N − 1 other models: the combination is the uniform mean of all N
     g = torch.Generator().manual_seed(0)
     models = {"a": torch.randn(4, 3, 2, generator=g), "b": torch.randn(4, 5, generator=g)}
