@@ -107,7 +107,7 @@ def test_ala_on_it_composes_the_states(ragged):
     assert float(sim.state.inner["velocity"]["fc.bias"].abs().sum()) > 0
 
 
-def test_the_same_result_on_the_loop_vectorised_and_worker_backends(ragged):
+def test_loop_and_workers_bit_for_bit_and_vectorised_to_float_rounding(ragged):
     cfg = small_cfg(algo="fedavgm", rounds=3, shuffle=True, join_ratio=0.6, server_beta=0.5)
     sim_l, run_l = run_sim(cfg.replace(backend="loop"), ragged)
     sim_w, run_w = run_sim(cfg.replace(backend="workers"), ragged, workers=2)
