@@ -1,11 +1,14 @@
 """The batched forms (compute/batched.py): A clients' models in one pass equal A per-client passes, and the
-batched SGD, evaluation and ALA steps equal their vmapped per-client steps, to float rounding."""
+batched SGD, evaluation and ALA steps equal their vmapped per-client steps, to float rounding: a batched matrix
+product or grouped convolution sums in another order than A separate ones. Measured on the CPU: at most 2.4e-7
+apart (absolute, in losses and logits of a few units); compared at STEP_TOL (conftest) plus rtol 1e-5, the
+relative part for the larger logits, whose rounding grows with their size."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tol
+from conftest import STEP_TOL, tol
 from torch.func import functional_call, vmap
 
 from fedala_lab.algorithms.ala import make_ala_step
@@ -28,7 +31,7 @@ def _stacked(model):
                                                                      torch.nn.ReLU(), torch.nn.MaxPool2d(2),
                                                                      torch.nn.Flatten(), torch.nn.Linear(12, 5)),
                                          (2, 9, 9))])
-def test_forward_equals_each_client_on_its_own(make, shape, device):
+def test_forward_matches_each_client_on_its_own(make, shape, device):
     model = make().to(device)
     assert batched.batchable(model)
     params = _stacked(model)
@@ -36,7 +39,7 @@ def test_forward_equals_each_client_on_its_own(make, shape, device):
     got = batched.forward(model, params, x)
     for a in range(A):
         want = functional_call(model, {k: v[a] for k, v in params.items()}, (x[a],))
-        torch.testing.assert_close(got[a], want, atol=tol(device, 1e-6), rtol=1e-5)
+        torch.testing.assert_close(got[a], want, atol=tol(device, STEP_TOL), rtol=1e-5)
 
 
 def test_models_without_a_batched_form_are_told_apart():
@@ -56,7 +59,7 @@ def _batch(device="cpu"):
 
 @pytest.mark.parametrize("sgd", [SGD(0.1), SGD(0.1, trainable=("fc.weight", "fc.bias")),
                                  SGD(0.1, objective=Proximal(0.5))])
-def test_the_sgd_step_equals_its_vmapped_step(sgd, device):
+def test_the_sgd_step_matches_its_vmapped_step(sgd, device):
     model = SmallCNN(1, 5, 8).to(device)
     step = make_sgd_step(model, sgd)
     params = _stacked(model)
@@ -66,8 +69,8 @@ def test_the_sgd_step_equals_its_vmapped_step(sgd, device):
     got, got_loss = step.batched({"params": {k: v.clone() for k, v in params.items()}, "buffers": {}}, shared,
                                  x, y, w)
     for k in params:
-        torch.testing.assert_close(got["params"][k], want["params"][k], atol=tol(device, 1e-6), rtol=1e-5)
-    torch.testing.assert_close(got_loss, want_loss, atol=tol(device, 1e-6), rtol=1e-5)
+        torch.testing.assert_close(got["params"][k], want["params"][k], atol=tol(device, STEP_TOL), rtol=1e-5)
+    torch.testing.assert_close(got_loss, want_loss, atol=tol(device, STEP_TOL), rtol=1e-5)
     if sgd.trainable:
         assert torch.equal(got["params"]["conv1.0.weight"], params["conv1.0.weight"])
 
@@ -80,14 +83,14 @@ def test_an_objective_without_a_batched_form_keeps_vmap():
     assert not hasattr(make_sgd_step(MLP(4, 2), SGD(0.1, objective=Mine())), "batched")
 
 
-def test_the_eval_and_ala_steps_equal_their_vmapped_steps(device):
+def test_the_eval_and_ala_steps_match_their_vmapped_steps(device):
     model = SmallCNN(1, 5, 8).to(device)
     params = _stacked(model)
     x, y, w = _batch(device)
     ev = make_eval_step(model)
     want = vmap(ev, in_dims=(0, None, 0, 0, 0))({"params": params, "buffers": {}}, {}, x, y, w)[1]
     torch.testing.assert_close(ev.batched({"params": params, "buffers": {}}, {}, x, y, w)[1], want,
-                               atol=tol(device, 1e-5), rtol=1e-5)
+                               atol=tol(device, STEP_TOL), rtol=1e-5)
     step = make_ala_step(model, eta=1.0, head_start=0)
     top = ("fc.weight", "fc.bias")
     carry = {"w": {n: torch.rand_like(params[n]) for n in top}, "l": {n: params[n] for n in top}, "k": {},
@@ -96,5 +99,5 @@ def test_the_eval_and_ala_steps_equal_their_vmapped_steps(device):
     want_w, want_loss = vmap(step, in_dims=(0, None, 0, 0, 0))(carry, shared, x, y, w)
     got_w, got_loss = step.batched(carry, shared, x, y, w)
     for n in top:
-        torch.testing.assert_close(got_w["w"][n], want_w["w"][n], atol=tol(device, 1e-6), rtol=1e-5)
-    torch.testing.assert_close(got_loss, want_loss, atol=tol(device, 1e-6), rtol=1e-5)
+        torch.testing.assert_close(got_w["w"][n], want_w["w"][n], atol=tol(device, STEP_TOL), rtol=1e-5)
+    torch.testing.assert_close(got_loss, want_loss, atol=tol(device, STEP_TOL), rtol=1e-5)

@@ -1,43 +1,18 @@
 """Branch instead of re-running: a run that equals a stored one through round K starts from its state at K
 (docs/design.md#run-store). Every branched run must equal the same run computed from scratch: the tables
-(all columns but wall-clock seconds), the recorded arrays and the final models."""
+(all columns but wall-clock seconds), the recorded arrays and the final models, bit for bit."""
 
-import numpy as np
-import pandas as pd
 import pytest
-import torch
-from conftest import small_cfg
+from conftest import assert_same_stored_run, small_cfg
 
 from fedala_lab.errors import RunCancelled
 from fedala_lab.experiments.prefix import base_through, prefix_key, refusal
 from fedala_lab.experiments.runs import get_or_run
 from fedala_lab.record.store import RunStore
 
-TIMES = ["seconds", "init_seconds", "eval_seconds", "train_seconds", "aggregate_seconds"]
-
 
 def _get(cfg, store, data, **kw):
     return get_or_run(cfg, store, data=data, progress=False, **kw)
-
-
-def assert_same_run(a, b, store_a, store_b):
-    """Tables but wall-clock seconds, arrays, and the final engine state (models, buffers, ALA's W)."""
-    pd.testing.assert_frame_equal(a.clients.drop(columns="seconds"), b.clients.drop(columns="seconds"))
-    pd.testing.assert_frame_equal(a.rounds.drop(columns=TIMES), b.rounds.drop(columns=TIMES))
-    pd.testing.assert_frame_equal(a.ala, b.ala)
-    assert sorted(a.arrays) == sorted(b.arrays)
-    for k in a.arrays:
-        np.testing.assert_array_equal(a.arrays[k], b.arrays[k], err_msg=k)
-    sa, sb = store_a.load_state(a.path, a.config.rounds), store_b.load_state(b.path, b.config.rounds)
-    for part in ("global", "local", "buffers"):
-        assert sa[part].keys() == sb[part].keys()
-        for k in sa[part]:
-            assert torch.equal(sa[part][k], sb[part][k]), (part, k)
-    if sa["state"] is None:
-        assert sb["state"] is None
-    else:
-        torch.testing.assert_close(sa["state"], sb["state"], atol=0, rtol=0)
-    assert a.meta.get("capped_clients") == b.meta.get("capped_clients")
 
 
 @pytest.fixture
@@ -53,7 +28,7 @@ def test_extending_a_run_continues_from_its_last_round(ragged, stores):
     longer = _get(cfg.replace(rounds=6), st, ragged, callback=lambda sim, row: rounds_run.append(row["round"]))
     assert rounds_run == [4, 5, 6] and longer.meta["branched_from"]["round"] == 3
     assert longer.meta["branched_from"]["run"] == st.dir_for(cfg.replace(rounds=3)).name
-    assert_same_run(longer, _get(cfg.replace(rounds=6), scratch, ragged), st, scratch)
+    assert_same_stored_run(longer, _get(cfg.replace(rounds=6), scratch, ragged), st, scratch)
 
 
 @pytest.mark.parametrize("base", ["fedavg", "fedprox"])
@@ -69,7 +44,7 @@ def test_fig4_ala_after_k_branches_from_the_base_run_at_k(base, ragged, stores):
     assert run.meta["branched_from"] == {"run": st.dir_for(plain).name, "round": 2,
                                          "seconds": run.meta["branched_from"]["seconds"]}
     assert run.ala["round"].min() == 3 and run.ala.groupby("client")["start_phase"].sum().min() > 1
-    assert_same_run(run, _get(ala, scratch, ragged), st, scratch)
+    assert_same_stored_run(run, _get(ala, scratch, ragged), st, scratch)
 
 
 def test_ala_after_sweep_shares_the_rounds_before_the_smaller_k(ragged, stores):
@@ -82,7 +57,7 @@ def test_ala_after_sweep_shares_the_rounds_before_the_smaller_k(ragged, stores):
         assert base_through(other) == k2
         run = _get(other, st, ragged)
         assert run.meta["branched_from"]["round"] == t
-        assert_same_run(run, _get(other, scratch, ragged), st, scratch)
+        assert_same_stored_run(run, _get(other, scratch, ragged), st, scratch)
 
 
 def test_a_branched_run_resumes_from_its_own_checkpoint(ragged, stores):
@@ -99,7 +74,7 @@ def test_a_branched_run_resumes_from_its_own_checkpoint(ragged, stores):
     seen = []
     resumed = _get(cfg.replace(rounds=6), st, ragged, callback=lambda sim, row: seen.append(row["round"]))
     assert seen == [5, 6] and resumed.meta["branched_from"]["round"] == 3  # the checkpoint (round 4) won
-    assert_same_run(resumed, _get(cfg.replace(rounds=6), scratch, ragged), st, scratch)
+    assert_same_stored_run(resumed, _get(cfg.replace(rounds=6), scratch, ragged), st, scratch)
     # kept states: round 2 inherited from the 3-round run it extends, round 5 its own, round 6 the last
     assert sorted(st.states(resumed.path)) == [2, 5, 6]
     assert not list((st.root / ".checkpoints").glob("*.pt"))
@@ -139,4 +114,4 @@ def test_a_damaged_kept_state_is_skipped(ragged, stores):
     with pytest.warns(UserWarning, match="cannot branch"):
         longer = _get(cfg.replace(rounds=4), st, ragged)
     assert "branched_from" not in longer.meta and st.has(cfg)  # the run itself is intact
-    assert_same_run(longer, _get(cfg.replace(rounds=4), scratch, ragged), st, scratch)
+    assert_same_stored_run(longer, _get(cfg.replace(rounds=4), scratch, ragged), st, scratch)

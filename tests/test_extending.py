@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import assert_same_run, make_ragged_data, run_sim, small_cfg
+from conftest import RUN_TOL, assert_same_run, make_ragged_data, run_sim, small_cfg
 from test_pfllib import _make_partition
 
 import fedala_lab as fl
@@ -92,10 +92,12 @@ def test_a_changed_hyper_parameter_is_another_run_in_the_store(ragged, tmp_path)
     assert get_or_run(cfg, store, data=ragged, progress=False).path == first.path
 
 
-def test_momentum_zero_is_fedavg(ragged):
+def test_momentum_zero_is_fedavg_to_float_rounding(ragged):
+    # β = 0: G − (G − mean) is the mean up to one rounding, which SGD carries on: RUN_TOL (conftest), measured
+    # 8.7e-8 over these 3 rounds
     _, avg = run_sim(small_cfg(algo="fedavg", rounds=3, shuffle=True), ragged)
     _, m0 = run_sim(small_cfg(algo="fedavgm", rounds=3, shuffle=True, server_beta=0.0), ragged)
-    np.testing.assert_allclose(avg.clients["test_loss"], m0.clients["test_loss"], atol=1e-5)
+    np.testing.assert_allclose(avg.clients["test_loss"], m0.clients["test_loss"], atol=RUN_TOL, rtol=0)
 
 
 def test_ala_on_it_composes_the_states(ragged):
@@ -105,15 +107,15 @@ def test_ala_on_it_composes_the_states(ragged):
     assert float(sim.state.inner["velocity"]["fc.bias"].abs().sum()) > 0
 
 
-def test_the_same_result_on_the_loop_vectorised_and_worker_backends(ragged):
+def test_loop_and_workers_bit_for_bit_and_vectorised_to_float_rounding(ragged):
     cfg = small_cfg(algo="fedavgm", rounds=3, shuffle=True, join_ratio=0.6, server_beta=0.5)
     sim_l, run_l = run_sim(cfg.replace(backend="loop"), ragged)
     sim_w, run_w = run_sim(cfg.replace(backend="workers"), ragged, workers=2)
     assert run_w.meta["env"]["worker_processes"] is True
     assert_same_run(sim_l, run_l, sim_w, run_w)  # bit for bit
-    sim_v, _ = run_sim(cfg.replace(backend="vectorised"), ragged)
+    sim_v, _ = run_sim(cfg.replace(backend="vectorised"), ragged)  # one vmap call: float rounding, RUN_TOL
     for n in sim_l.param_names:
-        torch.testing.assert_close(sim_v.global_params[n], sim_l.global_params[n], atol=1e-5, rtol=0)
+        torch.testing.assert_close(sim_v.global_params[n], sim_l.global_params[n], atol=RUN_TOL, rtol=0)
 
 
 def test_registration_refuses_clashes():
@@ -246,7 +248,7 @@ def test_the_reference_call_order_and_a_swap_refused():
     ala.adaptive_local_aggregation(glob, local)
     for k, v in glob.state_dict().items():
         assert torch.equal(v, before[k])  # the global model is never written
-    torch.testing.assert_close(local[0].weight, glob[0].weight)  # lower layer: G's
+    assert torch.equal(local[0].weight, glob[0].weight)  # lower layer: G's
     assert set(ala.weights) == {"2.weight", "2.bias"}
 
 
@@ -261,7 +263,7 @@ def test_from_reference_takes_its_arguments_and_a_dataset():
                max_start_epochs=3)
     a, b = ref.adaptive_local_aggregation(glob, local), ours.adaptive_local_aggregation(glob, _two_models()[1])
     for k in a:
-        torch.testing.assert_close(a[k], b[k])  # layer_idx=2 (tensors) is p=1 (blocks)
+        assert torch.equal(a[k], b[k]), k  # layer_idx=2 (tensors) is p=1 (blocks): one computation
 
 
 def test_a_wrong_p_names_layer_idx():

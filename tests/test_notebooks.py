@@ -8,7 +8,8 @@ with the default values, its output kept in the widget state rather than in the 
 nothing. ``MPLBACKEND`` is removed from the kernel's environment: set to Agg it would leak into the
 kernel (the notebooks' ``%matplotlib inline`` guards against that too).
 
-About 10 s per notebook on a 2-core CPU (kernel start-up included).
+How long they take is measured, not asserted: ``python benchmarks/notebook_times.py`` prints each notebook's
+median (about 10 s each in smoke mode on a 2-core CPU, kernel start-up included).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -34,8 +34,7 @@ EXPECTED = ["01_fedavg", "02_heterogeneity", "03_fedprox", "04_ala_module", "05_
 PFL = ["08_pfl_methods"]
 HAS_FEDLAMA = (ROOT / "fedala_lab/algorithms/fedlama.py").is_file() and (ROOT / "fedala_lab/figures/fedlama.py").is_file()
 
-CELL_TIMEOUT = 150  # s, one cell (nbclient)
-NOTEBOOK_BUDGET = 180  # s, one whole notebook in smoke mode (≈ 10 s when the machine is quiet)
+CELL_TIMEOUT = 150  # s, one cell (nbclient): a hung cell fails the test rather than the whole suite
 SMOKE_MAX_ROUNDS = 6  # the largest ROUNDS any parameters cell picks in smoke mode
 
 # Notebooks call the library; they do not train or draw by themselves.
@@ -151,11 +150,7 @@ def test_executes_headless(path, smoke_store, monkeypatch):
     nb = _read(path)
     client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
                                      resources={"metadata": {"path": str(NB_DIR)}})
-    tic = time.perf_counter()
     client.execute()  # raises CellExecutionError on the first failing cell, with its traceback
-    seconds = time.perf_counter() - tic
-    assert seconds < NOTEBOOK_BUDGET, f"{path.name} took {seconds:.0f} s in smoke mode"
-
     outputs = [o for c in _code(nb) for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     assert _has_image(outputs), f"{path.name} drew no figure"

@@ -28,6 +28,7 @@ def test_digits_pool():
     assert p.class_names == tuple("0123456789")
     assert float(p.x.min()) == -1.0 and float(p.x.max()) == 1.0
     # values are k/16·2−1 for integer k in 0..16
+    # (float32 scaling and back: ≤ 16 · 2^-24 ≈ 1e-6 off an integer; atol 1e-5 leaves room, 1/16 is far)
     assert np.allclose((p.x + 1) / 2 * 16, np.round((p.x + 1) / 2 * 16), atol=1e-5)
     assert np.bincount(p.y).tolist() == [178, 182, 177, 183, 181, 182, 181, 179, 174, 180]
 
@@ -53,7 +54,7 @@ def test_mnist_mini_pool_is_the_shipped_balanced_subset():
     assert np.bincount(p.y).tolist() == [300] * 10
     assert float(p.x.min()) == -1.0 and float(p.x.max()) == 1.0
     # values are k/255·2−1 for integer k in 0..255, as the other uint8 sources
-    k = (p.x + 1) / 2 * 255
+    k = (p.x + 1) / 2 * 255  # float32 there and back: ≤ 255 · 2^-24 ≈ 1.5e-5 off an integer; atol 1e-4
     assert np.allclose(k, np.round(k), atol=1e-4)
     x, y = mnist_mini.load()
     assert (x.dtype, x.shape, y.dtype) == (np.uint8, (3000, 14, 14), np.uint8)
@@ -147,7 +148,7 @@ def test_mnist_like_from_idx_files(tmp_path, name, folder, gz):
     # train first, then test: the merged pool of the paper
     assert p.y.tolist() == [0, 1, 2, 9, 8]
     imgs = np.concatenate([a["train-images-idx3-ubyte"], a["t10k-images-idx3-ubyte"]]).astype(np.float32)
-    assert np.allclose(p.x[:, 0], imgs / 255 * 2 - 1, atol=1e-6)
+    assert np.allclose(p.x[:, 0], imgs / 255 * 2 - 1, atol=1e-6)  # float32 scaling in another order: ~1 ulp
     assert p.x[0, 0, 0, 0] == -1.0 and p.x[0, 0, 0, 1] == 1.0
     if name == "fashion_mnist":
         assert p.class_names[0] == "T-shirt/top" and p.class_names[9] == "Ankle boot"
@@ -257,6 +258,7 @@ def _check_pool(p, batches, k):
     labels = [label for b in batches for label in b[1]]
     assert p.x.shape == (len(data), 3, 32, 32) and p.x.dtype == np.float32
     assert p.y.dtype == np.int64 and p.y.tolist() == labels
+    # float32 scaling in another order: ~1 ulp (1.2e-7) of values in [−1, 1]
     assert np.allclose(p.x, data.reshape(-1, 3, 32, 32).astype(np.float32) / 255 * 2 - 1, atol=1e-6)
     assert p.num_classes == k and len(p.class_names) == k
 

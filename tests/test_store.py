@@ -9,9 +9,8 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
-from conftest import small_cfg
+from conftest import assert_frames_exact, assert_same_stored_run, small_cfg
 
 from fedala_lab.errors import ConfigError, DataError, RunCancelled, TrainingDiverged
 from fedala_lab.experiments.runs import get_or_run, load_stored, stored_runs, tracked_run
@@ -31,9 +30,9 @@ def test_get_or_run_caches_and_roundtrips(ragged, tmp_path):
     assert run.path == d and (d / "manifest.json").is_file()
     assert d.name.startswith("fedala-custom-ragged-n5-r3-s0-") and d.name.endswith(cfg.key())
     again = get_or_run(cfg, store, data=None, progress=False)  # no data needed: it is a cache hit
-    pd.testing.assert_frame_equal(run.clients, again.clients)
-    pd.testing.assert_frame_equal(run.rounds, again.rounds)
-    pd.testing.assert_frame_equal(run.ala, again.ala)
+    assert_frames_exact(run.clients, again.clients)  # the store's files give back every bit
+    assert_frames_exact(run.rounds, again.rounds)
+    assert_frames_exact(run.ala, again.ala)
     assert again.config == cfg and again.summary() == run.summary()
     for k, v in run.arrays.items():
         np.testing.assert_array_equal(v, again.arrays[k])
@@ -149,9 +148,9 @@ def test_killed_run_resumes_to_the_same_result(ragged, tmp_path):
     resumed = get_or_run(cfg, store, data=ragged, progress=False,
                          callback=lambda sim, row: rounds_seen.append(row["round"]))
     assert rounds_seen[0] >= 4  # it continued, it did not start over
-    fresh = get_or_run(cfg, RunStore(tmp_path / "fresh"), data=ragged, progress=False)
-    pd.testing.assert_frame_equal(fresh.clients.drop(columns="seconds"), resumed.clients.drop(columns="seconds"))
-    pd.testing.assert_frame_equal(fresh.ala, resumed.ala)
+    fresh_store = RunStore(tmp_path / "fresh")
+    fresh = get_or_run(cfg, fresh_store, data=ragged, progress=False)
+    assert_same_stored_run(fresh, resumed, fresh_store, store)  # records, final models and W, bit for bit
 
 
 def test_two_processes_same_config_do_not_corrupt(tmp_path):
@@ -200,7 +199,7 @@ def test_a_damaged_run_folder_is_reported_and_replaced(how, ragged, tmp_path):
         again = get_or_run(cfg, store, data=ragged, progress=False)  # recomputed, and the folder replaced
     assert again.path == first.path and store.has(cfg)
     fresh = store.find(cfg)
-    pd.testing.assert_frame_equal(fresh.rounds.drop(columns=_TIMES), first.rounds.drop(columns=_TIMES))
+    assert_frames_exact(fresh.rounds.drop(columns=_TIMES), first.rounds.drop(columns=_TIMES))
 
 
 def test_leftovers_of_dead_writers_are_swept(ragged, tmp_path):
@@ -255,4 +254,4 @@ def test_train_loss_is_recording_only_and_asked_for_with_needs(ragged, tmp_path)
     again = get_or_run(with_loss, store, data=ragged, progress=False, needs=has_train_loss)  # recomputed
     assert has_train_loss(again) and again.path == plain.path and has_train_loss(store.find(cfg))
     cols = ["round", "acc", "test_loss", "train_loss", "best_acc"]
-    pd.testing.assert_frame_equal(plain.rounds[cols], again.rounds[cols])
+    assert_frames_exact(plain.rounds[cols], again.rounds[cols])
