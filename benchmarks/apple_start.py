@@ -37,12 +37,13 @@ def main() -> None:
     ap.add_argument("--preset", default="teach")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--algos", default="fedavg,apple,apple-scaled-core")
     ap.add_argument("--store", default=None, help="run store (default: $FEDALA_LAB_RUNS or ./runs)")
     args = ap.parse_args()
     fl.register_algorithm("apple-scaled-core", AppleScaledCore, params=apple.PARAMS, modifiers=())
     seeds = [int(s) for s in args.seeds.split(",")]
     print(f"{args.preset}, {args.rounds} rounds, seeds {seeds}: pooled test accuracy % by round (mean over seeds)")
-    for algo in ("fedavg", "apple", "apple-scaled-core"):
+    for algo in args.algos.split(","):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             runs = [get_or_run(preset(args.preset, algo=algo, rounds=args.rounds, seed=s), args.store,

@@ -115,27 +115,22 @@ def _package_ready() -> bool:
     return pkg is not None and hasattr(pkg, "__all__")
 
 
-def plugin_modules() -> list[tuple[str, str]]:
+def plugin_modules(specs: Iterable) -> list[tuple[str, str]]:
     """(module, sys.path folder) of every module a worker process must import before it runs a grid point:
-    the plugins loaded here and the modules defining registered algorithms that are not fedala_lab's own
-    (``__main__`` excluded: see :func:`check_importable`)."""
-    from .registry import specs
-
+    the plugins loaded here and the modules defining the algorithms of ``specs`` (the registry's) that are not
+    fedala_lab's own (``__main__`` excluded: see :func:`check_importable`)."""
     out = dict(_LOADED)
-    for spec in specs():
+    for spec in specs:
         mod = getattr(spec.build, "__module__", None) or ""
         if mod and mod != "__main__" and not mod.startswith("fedala_lab") and mod in sys.modules:
             out.setdefault(mod, _root_of(sys.modules[mod]))
     return list(out.items())
 
 
-def check_importable(algos: Iterable[str], where: str) -> None:
-    """Refuse, in one line, an algorithm that other processes cannot import (defined in ``__main__``) for a
-    path that needs them (``where``: e.g. "a sweep with 2 worker processes")."""
-    from .registry import resolve
-
-    for name in algos:
-        spec = resolve(name).base
+def check_importable(specs: Iterable, where: str) -> None:
+    """Refuse, in one line, an algorithm of ``specs`` that other processes cannot import (defined in
+    ``__main__``) for a path that needs them (``where``: e.g. "a sweep with 2 worker processes")."""
+    for spec in specs:
         if getattr(spec.build, "__module__", None) == "__main__":
             raise FedalaError(f"{where} cannot run {spec.name}: it is defined in __main__ (your script or notebook), "
                               "which other processes cannot import; move its class and register_algorithm call "

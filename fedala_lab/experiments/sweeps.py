@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ..algorithms.plugins import check_importable, load_plugins, plugin_modules
+from ..algorithms.registry import specs
 from ..compute.parallel import available_cpus, main_not_rerun
 from ..config import RunConfig
 from ..errors import ConfigError, FedalaError, SweepFailed, TrainingDiverged
@@ -216,8 +217,8 @@ def run_sweep(spec: SweepSpec, *, store=None, workers: int | str = "auto", ray: 
                dynamic_ncols=True)
     n = _auto_workers(todo[0], len(todo)) if todo and workers == "auto" else workers
     if todo and (ray or ray_address or n != 1):
-        check_importable({c.algo for c in todo}, "a sweep on Ray" if ray or ray_address else
-                         f"a sweep with {min(n, len(todo))} worker processes")
+        check_importable({c.algorithm.base.name: c.algorithm.base for c in todo}.values(),
+                         "a sweep on Ray" if ray or ray_address else f"a sweep with {min(n, len(todo))} worker processes")
     try:
         if todo and (ray or ray_address):
             _run_ray(todo, root, force, threads, gpus_per_run, workers, ray_address,
@@ -319,7 +320,7 @@ def _run_pool(todo, root, force, threads, n, bar, failed, trackers) -> None:
             pool = stack.enter_context(ProcessPoolExecutor(max_workers=n, mp_context=ctx))
             rounds = manager.Queue()  # workers report each finished round; the bar shows the runs in flight
             per_run = max(1, machine_cpus() // n)  # training processes per run (compute/workers.py)
-            plugins = plugin_modules()
+            plugins = plugin_modules(specs())
             futures = {pool.submit(_work, c.to_dict(), root, force, threads, rounds, per_run, trackers, plugins): c
                        for c in todo}
         by_key = {c.key(): c for c in todo}
@@ -420,7 +421,7 @@ def _run_ray(todo, root, force, threads, gpus, workers, address, shared, store, 
         if gpus > have:  # a task asking for more would wait forever
             raise ConfigError("gpus_per_run", gpus, f"at most the {have:g} GPU(s) of the Ray cluster")
         task = ray.remote(num_cpus=threads or 1, num_gpus=gpus, max_retries=0)(_work)
-        plugins = plugin_modules()
+        plugins = plugin_modules(specs())
         refs = {task.remote(c.to_dict(), root if shared else None, force, threads, None, None, trackers, plugins): c
                 for c in todo}
         pending = list(refs)
