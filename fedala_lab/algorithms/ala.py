@@ -576,7 +576,7 @@ class WithALA(Wrapper):
         learned = self.learner.learn({n: w[clients] for n, w in state.weights.items()}, local, glob, x, y,
                                      lengths, start_phase,
                                      buffers={k: b[clients] for k, b in rnd.local_buffers.items()},
-                                     backend=rnd.setup.backend_for(self.learner.step_params), per_client=per_client)
+                                     backend=rnd.backend_for(self.learner.step_params), per_client=per_client)
         for n in self.names:  # W kept for the next round
             state.weights[n][clients] = learned.weights[n]
         state.started[clients] = True
@@ -584,7 +584,8 @@ class WithALA(Wrapper):
         # Θ̂ = L + (G − L) ⊙ [1; W]: the lower parameters are G's (Eq. 4's "1"), the weighted ones blended
         rows = {n: blend(local[n], glob[n], learned.weights[n]) for n in self.names}
         return Sent({n: v for n, v in sent.params.items() if n not in rows},
-                    sent.bytes, rows={**{n: v for n, v in sent.rows.items() if n not in rows}, **rows})
+                    sent.bytes, rows={**{n: v for n, v in sent.rows.items() if n not in rows}, **rows},
+                    client_bytes=sent.client_bytes)
 
     def windows(self, rnd: Round, ids: np.ndarray):
         """The clients' windows one after another: rows x, y of the train data, and each window's length."""
@@ -625,7 +626,7 @@ class WithALA(Wrapper):
         rows = {n: blend(rnd.local_params[n][clients], sent.per_client(n, len(clients)), w[n][clients])
                 for n in sent.received() & top}
         return Sent({n: v for n, v in sent.params.items() if n not in top}, sent.bytes,
-                    rows={**{n: v for n, v in sent.rows.items() if n not in top}, **rows})
+                    rows={**{n: v for n, v in sent.rows.items() if n not in top}, **rows}, client_bytes=sent.client_bytes)
 
 
 def base_through(cfg) -> int:

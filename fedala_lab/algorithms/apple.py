@@ -113,7 +113,7 @@ class APPLE(Algorithm):
 
     def initialise(self, rnd: Round, clients: torch.Tensor) -> Sent:
         """Each client downloads the others' core models (its own stays its local model)."""
-        return Sent({}, len(clients) * (rnd.num_clients - 1) * rnd.setup.param_bytes())
+        return Sent({}, len(clients) * (rnd.num_clients - 1) * rnd.param_bytes())
 
     def personalise(self, rnd: Round) -> dict:
         # The server's copy of a core model is always the client's: a client that trains uploads, a dropped
@@ -122,18 +122,18 @@ class APPLE(Algorithm):
 
     def local_train(self, rnd: Round, work: Work) -> Trained:
         c = work.clients
-        n = torch.as_tensor(rnd.setup.train_sizes, dtype=torch.float32, device=rnd.device)
+        n = torch.as_tensor(rnd.data.train_sizes, dtype=torch.float32, device=rnd.device)
         prox = schedule(rnd.t, self.cfg.apple_fade_rounds) * self.cfg.apple_mu
         carry = {**rnd.models(c), "p": rnd.state.p[c], "start": {k: v[c] for k, v in rnd.local_params.items()},
                  "me": torch.nn.functional.one_hot(c, rnd.num_clients).to(rnd.state.p.dtype)}
         shared = {"cores": rnd.local_params, "p0": n / n.sum(), "prox": torch.tensor(prox, device=rnd.device)}
         out, aux = rnd.run_steps(self.step, carry, work.plan, shared)
         rnd.state.p[c] = out["p"]
-        return Trained(out["params"], out["buffers"], aux[..., 0], None, work.plan.sizes > 0)
+        return Trained(out["params"], out["buffers"], aux[..., 0], work.plan.sizes > 0)
 
     def aggregate(self, rnd: Round, senders: torch.Tensor) -> Aggregated:
         """Nothing to average: the senders' core models are what the others download next round."""
-        return Aggregated({}, len(senders) * rnd.setup.param_bytes())
+        return Aggregated({}, len(senders) * rnd.param_bytes())
 
 
 def _hint(cfg) -> str:

@@ -129,8 +129,7 @@ class FedFomo(Algorithm):
         plan = BatchPlan.from_batches([chunks[a] for a in whose], rnd.device)
         idx = clients[torch.as_tensor(whose, device=clients.device)]
         buffers = {k: b[idx] for k, b in rnd.local_buffers.items()}
-        out = plans.evaluate(rnd.setup.backend, rnd.setup.eval_step, rnd.model, models, buffers,
-                             rnd.data.train_x, rnd.data.train_y, plan)
+        out = rnd.evaluate_batches(models, buffers, plan, "train")
         return torch.as_tensor(out["loss_sum"] / np.maximum(out["num"], 1), dtype=torch.float64, device=rnd.device)
 
     def weights(self, rnd: Round, clients: torch.Tensor, owner: torch.Tensor, picked: torch.Tensor,
@@ -154,7 +153,9 @@ class FedFomo(Algorithm):
         theirs = {n: st.models[n][picked] for n in rnd.param_names}
         w, mix = self.weights(rnd, clients, owner, picked, own, theirs)
         st.affinity.index_put_((clients[owner], picked), w.to(st.affinity.dtype), accumulate=True)
-        return Sent({}, len(picked) * rnd.setup.param_bytes(), rows=fomo_combine(own, theirs, mix, owner))
+        size = rnd.param_bytes()
+        return Sent({}, len(picked) * size, rows=fomo_combine(own, theirs, mix, owner),
+                    client_bytes=[len(js) * size for js in chosen])
 
     def local_train(self, rnd: Round, work: Work) -> Trained:
         """E epochs of SGD on the train part of each split (the validation rows held out); a straggler does at
@@ -162,9 +163,9 @@ class FedFomo(Algorithm):
         ids = work.clients.cpu().numpy()
         n = rnd.data.train_sizes[ids]
         steps = self.local_steps or self.cfg.local_steps
-        plan = rnd.setup.plan(rnd.t, work.clients, epochs=None if steps else self.cfg.local_epochs, steps=steps,
-                              limits=dict(zip(ids.tolist(), work.plan.num_steps.tolist())),
-                              sizes=n - held_out(n, self.cfg.fomo_val))
+        plan = rnd.plan(work.clients, epochs=None if steps else self.cfg.local_epochs, steps=steps,
+                        limits=dict(zip(ids.tolist(), work.plan.num_steps.tolist())),
+                        sizes=n - held_out(n, self.cfg.fomo_val))
         return rnd.train(work.clients, plan)
 
     def aggregate(self, rnd: Round, senders: torch.Tensor) -> Aggregated:
@@ -173,7 +174,7 @@ class FedFomo(Algorithm):
         for n in rnd.param_names:
             st.models[n][senders] = rnd.local_params[n][senders]
         st.uploaded[senders] = True
-        return Aggregated({}, len(senders) * rnd.setup.param_bytes())
+        return Aggregated({}, len(senders) * rnd.param_bytes())
 
 
 PARAMS = (

@@ -134,7 +134,7 @@ class FedPHP(Algorithm):
         mu = self.cfg.fedphp_mu * min(rnd.t - 1, ramp) / ramp
         for n, v in h.items():
             v[c] = mu * v[c] + (1 - mu) * out["params"][n]
-        return Trained(out["params"], out["buffers"], aux[..., 0], None, work.plan.sizes > 0)
+        return Trained(out["params"], out["buffers"], aux[..., 0], work.plan.sizes > 0)
 
 
 PARAMS = (

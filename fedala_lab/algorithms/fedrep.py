@@ -69,7 +69,7 @@ class FedRep(Algorithm):
             done[rows, :head.losses.shape[1]] = head.done
         losses[:, head.losses.shape[1]:] = body.losses
         done[:, head.losses.shape[1]:] = body.done
-        return Trained(body.params, body.buffers, losses, body.seconds, done)
+        return Trained(body.params, body.buffers, losses, done)
 
     def aggregate(self, rnd: Round, senders: torch.Tensor) -> Aggregated:
         return rnd.weighted_mean(senders, self.body)

@@ -71,7 +71,7 @@ def pairs(plan: BatchPlan, per_epoch: np.ndarray) -> BatchPlan:
         k, p, sizes = int(plan.num_steps[i]), int(per_epoch[i]), plan.sizes[i]
         out.append([np.concatenate([rows[i, j, :sizes[j]], rows[i, j + 1, :sizes[j + 1]]])
                     for j in range(k - 1) if j % p % 2 == 0 and (j + 1) % p])
-    return BatchPlan.from_batches(out, plan.rows.device)
+    return BatchPlan.from_batches(out, plan.rows.device, clients=plan.clients)
 
 
 class PerFedAvg(Algorithm):
