@@ -191,7 +191,7 @@ def _train(sim, rnd: Round, start: RoundStart, trainers: torch.Tensor, report: R
     num["local_steps"][ids] = n_steps
     with np.errstate(all="ignore"):
         num["train_loss"][ids] = np.where(n_steps > 0, losses.sum(1) / np.maximum(n_steps, 1), np.nan)
-    num["seconds"][ids] = [rnd.timings.get(int(c), 0.0) for c in ids]
+    num["seconds"][ids] = np.where(n_steps > 0, [rnd.timings.get(int(c), 0.0) for c in ids], 0.0)  # a step or none
     report.flag(ids[~np.isfinite(losses).all(1)], LOSS)
     report.flag(ids[~finite_rows({**trained.params, **trained.buffers}, len(ids))], LOCAL_TRAIN)
 
@@ -314,9 +314,9 @@ def divergence_message(cfg: RunConfig, t: int, clients: list[int], hook: str = "
     label = cfg.algorithm.label
     if hook in ("initialise", "personalise", "aggregate"):
         whose = f" for client(s) {clients[:5]}" if clients else ""
-        return (f"training diverged in round {t}: {label}'s {hook} hook returned a NaN or infinite model{whose}, "
-                f"from finite models and finite training losses: the hook's computation is the cause, not the "
-                f"learning rate")
+        return (f"training diverged in round {t}: {label}'s {hook} hook returned a NaN or infinite model{whose} "
+                "though the models it was given were finite: the hook's computation is the cause, not the "
+                "learning rate")
     if hook == "local_train":
         head = (f"training diverged in round {t}: the model {label}'s local_train returned for client(s) "
                 f"{clients[:5]} is NaN or infinite while its losses were finite. ")

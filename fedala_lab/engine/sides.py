@@ -14,11 +14,11 @@ round's "every client" is itself (:class:`ClientRound`). The server holds G and 
 state, and while it aggregates the senders' uploads in their rows. Every other row on either side is NaN, so a
 method that reads a model it would not hold fails loudly (:class:`~fedala_lab.errors.SplitError`).
 
-The transport's interface is small: ``ServerSide`` — ``cfg``, ``num_clients``, ``train_size(c)``,
-``global_params``, ``downloads()``, ``orders(t)``, ``finish(t, replies)``, ``to_run()``, ``engine`` and
-``client_backend`` (what the Run says about where it ran); ``ClientSide`` — ``num_clients``,
-``train_size(c)``, ``backend_name``, ``serve(order, glob, saved)``; the values :class:`Order` and
-:class:`Reply`, and :func:`to_bytes` / :func:`from_bytes` for what a client keeps.
+A transport uses only this (docs/design.md#one-round-two-transports): ``ServerSide`` — ``cfg``,
+``num_clients``, ``train_size(c)``, ``global_params``, ``downloads()``, ``orders(t)``, ``finish(t, replies)``,
+``to_run()``, ``client_backend``; ``ClientSide`` — ``num_clients``, ``train_size(c)``, ``backend_name``,
+``serve(order, glob, saved)``; the values :class:`Order` and :class:`Reply`; :func:`to_bytes` /
+:func:`from_bytes`. (``sim``, each side's engine state, is for tests that compare it with the engine's.)
 
 Which methods run so (:func:`split_refusal`): those whose client hooks need only G and the client's own model,
 state and data, and whose ``aggregate`` needs only the senders' uploads and the server's own state; a method

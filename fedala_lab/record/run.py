@@ -44,9 +44,11 @@ class Run:
     ``clients`` — one row per (evaluated round, client): ``round``, ``client``, ``selected``, ``test_acc``,
     ``test_loss``, ``test_correct``, ``test_num`` (its model before local training, or the model its
     algorithm evaluates: a personal model, a fine-tuned copy), ``train_loss`` (mean loss of its local steps),
-    ``init_loss`` / ``trained_loss`` (as above, per client), ``seconds`` (its local training, loop and worker
-    backends), ``straggler`` (drawn as one this round), ``local_steps`` (SGD steps it did: its full work, a
-    straggler's part, 0 when dropped or not selected).
+    ``init_loss`` / ``trained_loss`` (as above, per client), ``seconds`` (its local training; on the
+    vectorised backend its share of the batched calls, by the rows it processed; 0 when it did not train),
+    ``straggler`` (drawn as one this round), ``local_steps`` (SGD steps it did: its full work, a straggler's
+    part, 0 when dropped or not selected), ``bytes_up`` / ``bytes_down`` (what it sent and received; the
+    round's are their sums).
 
     ``tables`` — each algorithm's own tidy tables by name (saved as ``table_<name>.csv``): ``ala`` (ALA's
     weight-learning passes of the tracked clients, Fig. 3: ``round``, ``client``, ``epoch``, ``loss`` — the
