@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..algorithms.ala import ALA_COLUMNS
 from ..config import RunConfig
 
 FORMAT_VERSION = 2  # 2: every algorithm table as table_<name>.csv (ALA's passes were ala.csv)
-_ALA_COLUMNS = ["round", "client", "epoch", "loss", "loss_mean", "start_phase", "capped"]
 # pandas < 3 needs asking for exact float parsing; pandas 3 does it by default (and deprecates the flag)
 _ROUND_TRIP = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
 
@@ -78,7 +78,7 @@ class Run:
     @property
     def ala(self) -> pd.DataFrame:
         """ALA's weight-learning passes of the tracked clients (``tables["ala"]``; empty for a run without ALA)."""
-        return self.tables.get("ala", pd.DataFrame(columns=_ALA_COLUMNS))
+        return self.tables.get("ala", pd.DataFrame(columns=ALA_COLUMNS))
 
     # -- headline numbers -------------------------------------------------------------------------
 
