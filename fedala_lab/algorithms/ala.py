@@ -96,6 +96,7 @@ PARAMS = (
     Param("ala_after", 0, Int(0, 100_000), "ALA is off (the method's own initialisation) while round <= ala_after "
           "(Fig. 4 protocol: K = 155)", short="ALA after round {}"),
 )
+# run.tables["ala"]: a row per weight-learning pass of a tracked client (record/run.py reads them from here)
 ALA_COLUMNS = ["round", "client", "epoch", "loss", "loss_mean", "start_phase", "capped"]
 
 

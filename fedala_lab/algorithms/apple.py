@@ -164,4 +164,4 @@ PARAMS = (
 
 SPEC = make_spec("apple", APPLE, label="APPLE", params=PARAMS, colour="mediumvioletred", line_style=":",
                  category="personalised aggregation", modifiers=(), divergence_hint=_hint, builtin=True,
-                 communication="(1+M)·Σ", doc="Luo & Wu, IJCAI 2022")
+                 fedala_paper=True, communication="(1+M)·Σ", doc="Luo & Wu, IJCAI 2022")

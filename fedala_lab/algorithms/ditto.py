@@ -92,4 +92,4 @@ PARAMS = (
 )
 
 SPEC = make_spec("ditto", Ditto, label="Ditto", params=PARAMS, colour="tab:cyan", category="extra personal models",
-                 divergence_hint=_hint, builtin=True, doc="Li, Hu, Beirami & Smith, ICML 2021")
+                 divergence_hint=_hint, builtin=True, fedala_paper=True, doc="Li, Hu, Beirami & Smith, ICML 2021")

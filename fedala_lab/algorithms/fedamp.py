@@ -155,4 +155,4 @@ PARAMS = (
 
 SPEC = make_spec("fedamp", FedAMP, label="FedAMP", params=PARAMS, colour="darkgoldenrod",
                  category="personalised aggregation", tracks_clients=True, divergence_hint=_hint, builtin=True,
-                 doc="Huang, Chu, Zhou, Wang, Liu, Pei & Zhang, AAAI 2021")
+                 fedala_paper=True, doc="Huang, Chu, Zhou, Wang, Liu, Pei & Zhang, AAAI 2021")

@@ -187,5 +187,5 @@ PARAMS = (
 )
 
 SPEC = make_spec("fedfomo", FedFomo, label="FedFomo", params=PARAMS, colour="darkslategray", line_style="-.",
-                 category="personalised aggregation", modifiers=(), builtin=True, communication="(1+M)·Σ",
-                 doc="Zhang, Sapra, Fidler, Yeung & Alvarez, ICLR 2021")
+                 category="personalised aggregation", modifiers=(), builtin=True, fedala_paper=True,
+                 communication="(1+M)·Σ", doc="Zhang, Sapra, Fidler, Yeung & Alvarez, ICLR 2021")

@@ -149,5 +149,5 @@ PARAMS = (
 )
 
 SPEC = make_spec("fedphp", FedPHP, label="FedPHP", params=PARAMS, colour="teal", line_style="-.",
-                 category="personalised aggregation", builtin=True,
+                 category="personalised aggregation", builtin=True, fedala_paper=True,
                  doc="Li, Zhan, Shao, Li & Song, ECML-PKDD 2021")

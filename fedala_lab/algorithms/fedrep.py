@@ -79,5 +79,5 @@ PARAMS = (Param("fedrep_head_epochs", 1, Int(0, 1_000), "FedRep: epochs of the p
                 "body's (PFLlib's plocal_epochs; the FedRep paper uses 10)"),)
 
 SPEC = make_spec("fedrep", FedRep, label="FedRep", params=PARAMS, colour="tab:olive", line_style="-.",
-                 category="fine-tune a global model", communication="2·α_f·Σ", builtin=True,
+                 category="fine-tune a global model", communication="2·α_f·Σ", builtin=True, fedala_paper=True,
                  doc="Collins et al., ICML 2021")

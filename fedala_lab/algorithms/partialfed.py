@@ -77,5 +77,5 @@ PARAMS = (
 )
 
 SPEC = make_spec("partialfed", PartialFed, label="PartialFed", params=PARAMS, colour="midnightblue", line_style=":",
-                 category="personalised aggregation", builtin=True,
+                 category="personalised aggregation", builtin=True, fedala_paper=True,
                  doc="Sun, Huo, Yang & Bai, NeurIPS 2021 (PartialFed-Fix)")

@@ -111,4 +111,4 @@ PARAMS = (Param("perfedavg_beta", None, Optional(Float(0, 10, lo_open=True)), "P
 
 SPEC = make_spec("perfedavg", PerFedAvg, label="Per-FedAvg", params=PARAMS, colour="maroon",
                  line_style="-.", category="fine-tune a global model", divergence_hint=_hint, builtin=True,
-                 doc="Fallah, Mokhtari & Ozdaglar, NeurIPS 2020 (first-order variant)")
+                 fedala_paper=True, doc="Fallah, Mokhtari & Ozdaglar, NeurIPS 2020 (first-order variant)")

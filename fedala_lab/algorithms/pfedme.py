@@ -143,5 +143,5 @@ PARAMS = (
 )
 
 SPEC = make_spec("pfedme", PFedMe, label="pFedMe", params=PARAMS, colour="mediumvioletred",
-                 category="extra personal models", divergence_hint=_hint, builtin=True,
+                 category="extra personal models", divergence_hint=_hint, builtin=True, fedala_paper=True,
                  doc="T Dinh, Tran & Nguyen, NeurIPS 2020")

@@ -275,10 +275,27 @@ def comparison_configs(base: RunConfig, *, tau0: int | None = None, phi: int | N
 # ------------------------------------------------------------------------------------------ paper plans
 
 
-# The methods of the FedALA paper's Table 2 (its traditional FL and pFL baselines, then FedALA), with Local, the
-# no-federation reference every personalised method should beat to be worth its communication.
-PAPER_METHODS = ("local", "fedavg", "fedprox", "fedavg-c", "fedprox-c", "perfedavg", "fedrep", "pfedme", "ditto",
-                 "fedamp", "fedphp", "fedfomo", "apple", "partialfed", "fedala")
+def paper_methods() -> dict[str, tuple[str, ...]]:
+    """The methods the FedALA paper compares (its Table 2; specs with ``fedala_paper`` in the registry), by
+    kind, each in the registry's order: ``local`` (no federation, the reference every personalised method should
+    beat to be worth its communication), ``traditional`` (FedAvg, FedProx), ``fine_tuned`` (their ``-c``
+    variants), ``pfl`` (its personalised-FL baselines, by category) and ``fedala`` (the paper's own method)."""
+    from ..algorithms import registry
+
+    specs = [s for s in registry.specs() if s.fedala_paper]
+    traditional = [s for s in specs if s.category == "traditional"]
+    finetune = registry.modifier("finetune")
+    return {
+        "local": tuple(s.name for s in specs if s.category == "baseline"),
+        "traditional": tuple(s.name for s in traditional),
+        "fine_tuned": tuple(s.name + finetune.suffix for s in traditional if finetune.name in s.modifiers),
+        "pfl": tuple(s.name for s in specs if s.category not in ("baseline", "traditional")),
+        "fedala": tuple(a for a, target in registry.aliases().items() if registry.resolve(target).base.fedala_paper),
+    }
+
+
+# The FedALA paper's Table 2 in its order, Local first.
+PAPER_METHODS = tuple(name for kind in paper_methods().values() for name in kind)
 
 
 def with_ala(algos) -> tuple[str, ...]:
@@ -286,12 +303,13 @@ def with_ala(algos) -> tuple[str, ...]:
     FedALA), in order: ``("fedavg", "fedala", "fedprox", "fedprox+ala", …)``."""
     from ..algorithms import registry
 
+    suffix = registry.modifier("ala").suffix
     out = []
     for a in algos:
         alg = registry.resolve(a)
         if alg.uses("ala") or alg.modifiers or "ala" not in alg.base.modifiers:
             continue
-        out += [a, "fedala" if a == "fedavg" else f"{a}+ala"]
+        out += [a, registry.alias_for(a + suffix)]
     return tuple(out)
 
 

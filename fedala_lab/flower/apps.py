@@ -287,8 +287,8 @@ def simulate_flower(cfgs: Sequence[RunConfig], data: FederatedData | None = None
             torch.save({"data": custom_data, "model": model}, payload)
         servers = [FlowerServer(cfg, data, model, payload=payload, progress=progress) for cfg in cfgs]
         if len({s.side.num_clients for s in servers}) > 1:
-            raise ConfigError("num_clients", [s.side.num_clients for s in servers], "the same number of clients in every run "
-                              "of one simulated federation")
+            raise ConfigError("num_clients", [s.side.num_clients for s in servers], "the same number of clients "
+                              "in every run of one simulated federation")
 
         def main(grid: Grid, context: Context) -> None:
             for s in servers:
