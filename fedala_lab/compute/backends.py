@@ -115,8 +115,8 @@ def nhwc(t: torch.Tensor) -> torch.Tensor:
 
     Not ``t.contiguous(memory_format=torch.channels_last)``: with one channel (MNIST's images, the first
     conv's weights) that returns ``t`` itself, whose strides torch counts as both formats, and a CPU
-    convolution given such a tensor takes a path about 2× slower than given true channels-last strides
-    (measured on the MNIST CNN, benchmarks/results.md). ``Tensor.to`` writes those strides.
+    convolution given such a tensor takes a slower path than given true channels-last strides
+    (docs/design.md#performance). ``Tensor.to`` writes those strides.
     """
     return t.to(memory_format=torch.channels_last) if t.dim() == 4 else t
 

@@ -244,9 +244,9 @@ class Simulation:
 
         Why one: a training step on these models is small, and with torch's default threads every step
         waits for all of them; when another process keeps a core busy, the thread sharing that core is
-        descheduled and each step waits for it (measured: a 40 s MNIST round took 740 s with 2 threads
-        and one core busy, see benchmarks/results.md). One thread per process degrades in proportion to
-        the load instead; parallelism comes from processes (sweep workers, the app's queue).
+        descheduled and each step waits for it (docs/design.md#performance). One thread per process
+        degrades in proportion to the load instead; parallelism comes from processes (sweep workers, the
+        app's queue).
         """
         if self.cfg.threads is not None:
             return self.cfg.threads

@@ -382,32 +382,9 @@ class Plan:
         return SweepSpec(base, grid, name=f"{self.name}-{param}-ablation")
 
 
-# The MNIST plan's round budget on a 2-core CPU (docs/design.md#loss-surface), with the CPU worker backend and
-# forward passes over threads (docs/design.md#performance). Measured from an empty store on one quiet 2-core
-# machine (2026-11-25, `fedala-lab figures --preset mnist`: 3,465 s in all; 4,138 s on a slower host on
-# 2026-11-27, figures/mnist/README.md), seconds a round: FedAvg ≈ 15,
-# FedProx ≈ 16, FedAvg-C ≈ 29 (one more epoch of every client before evaluating), FedALA ≈ 19 (+ ≈ 6 for
-# ALA's start phase in round 2), + ≈ 9 for a round that records the train-split losses (Fig. 5).
-# R = 15 rounds, one seed:
-#
-#   Tables 2/7  Dir(0.1): FedAvg (train losses; keeps round 1), FedALA (train losses; rounds 2–15 branched
-#               from FedAvg's round 1), FedProx, FedAvg-C; pat(2): the same without train losses, FedAvg
-#               with client 4's snapshots and the states K may take                               2,670 s
-#   Fig. 4      pat(2) FedAvg extended to 2R = 30 rounds (rounds 16–30) for K; FedALA(ala_after=K) from
-#               its state at K, and FedAvg through K + 5; the 21² surface over 300 rows               400 s
-#   Table 1     s ∈ {5, 10, 20, 40, 100}, 3 rounds, rounds 2–3 branched from FedAvg's round 1
-#               (s = 80 is the table's FedALA run cut at round 3)                                      191 s
-#   Table 6     p = 2, rounds 2–3 (weight learning through fc1 at every batch: ≈ 83 s of ALA a round)   201 s
-#   Figs. 2, 3, 5, 6–9 and the curves read the runs above                                               ≈ 3 s
-#
-# p = 3 and 4 are left out: their weight learning runs through conv2 (or the whole model) at every batch, so a
-# pass costs about a training epoch and the start phase (≥ 11 passes) 2–4 minutes per run. Disk: a kept state
-# of the MNIST CNN is 20 clients × 582,026 float32 parameters + the global model ≈ 49 MB (p = 2's W adds 42 MB);
-# the preset's run store holds ≈ 1.9 GB (kept states and client 4's snapshots).
+# The MNIST plan's rounds and the pFL comparison's: what a 2-core CPU affords for every figure of the plan
+# (docs/reproduction.md#the-plans-budget).
 MNIST_ROUNDS = 15
-# The pFL comparison on MNIST (plan "mnist-pfl"): 15 methods and 8 more with ALA, one seed, Dir(0.1) only. Sized
-# for 90 minutes of a 2-core CPU: at 5 rounds it took 5,361 s on 2026-11-27 (figures/mnist-pfl/README.md), every
-# method's training in the worker processes; pFedMe (K = 5 gradient steps a batch) is the longest run.
 MNIST_PFL_ROUNDS = 5
 PLAN_NAMES = ("quick", "mnist", "mnist-pfl", "paper")
 PLAN_NAMES_TEXT = "one of " + ", ".join(PLAN_NAMES)
@@ -500,10 +477,6 @@ def build_plan(preset_name: str = "quick", *, rounds: int | None = None, seeds: 
             fig4={"setting": "pathological", "K": 40, "window": (35, 50), "client": 7, "grid": 31,
                   "num_samples": 256},
             fig5_rounds=200,
-            notes=[("the figures before 2026-11-24 were drawn on 8×8 digits (preset teach-digits); there FedALA's "
-                    "trained-loss curve in Fig. 5 jumped ×10 in rounds ≈ 105–165 because of one client (16: 31 "
-                    "samples, 23 of them 9s) whose three SGD steps a round sometimes collapsed onto 9; "
-                    "docs/design.md#federated-loop has the evidence")],
         )
     elif preset_name == "paper":
         practical = preset("mnist-dir0.1")
