@@ -220,6 +220,10 @@ class Simulation:
         return Round(self.setup, t, global_params=self.global_params, local_params=self.local_params,
                      local_buffers=self.local_buffers, selected=selected, state=self.state)
 
+    def evaluate(self, params: dict, buffers: dict, split: str, clients=None) -> dict[str, np.ndarray]:
+        """Sum of losses, number correct and number of samples per client on its ``split``."""
+        return self.round_view(self.round).evaluate(params, buffers, split, clients)
+
     # -- the round loop ----------------------------------------------------------------------------
 
     def run(self, *, progress: bool = True, callback: Callable | None = None,
