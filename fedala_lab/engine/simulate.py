@@ -1,4 +1,4 @@
-"""The one round loop every algorithm runs on.
+"""The loop over a run's rounds, on one object that holds every client (the round itself: engine/rounds.py).
 
     run = simulate(RunConfig(algo="fedala", rounds=50))
     run = simulate(cfg, model=my_module, data=my_data)      # your own nn.Module and FederatedData
