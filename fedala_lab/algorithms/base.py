@@ -448,7 +448,7 @@ class Algorithm:
     initialise_all: bool = True
     # SGD steps per round instead of cfg.local_epochs epochs (FedLAMA: τ0), None: the config decides.
     local_steps: int | None = None
-    # Whether it runs with the clients and the server apart (Flower, engine/halves.py). None: decided from its
+    # Whether it runs with the clients and the server apart (Flower, engine/sides.py). None: decided from its
     # hooks (refused when a state of its own is read by both a server and a client hook); True: it runs
     # (its server hooks never read what its client hooks keep, pFedMe); a string: it cannot, for that reason.
     flower_split: bool | str | None = None

@@ -7,7 +7,7 @@ A round is three phases over the state of one :class:`~fedala_lab.engine.simulat
     report = serve(sim, rnd, start)      the clients ``rnd`` holds: initialise, evaluate, train; their numbers
     row    = finish(sim, start, report)  server: divergence, aggregate, the run's records and the round's row
 
-``Simulation.run_round`` calls them in a row on one object that holds every client. engine/halves.py calls
+``Simulation.run_round`` calls them in a row on one object that holds every client. engine/sides.py calls
 ``begin`` and ``finish`` on a server that holds G and ``serve`` on a client that holds only its own model,
 one client at a time (Flower carries them, flower/): the same code, so the same numbers.
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -58,8 +59,9 @@ class RoundStart:
     snapshot: frozenset[int]
     started: float = field(default_factory=time.perf_counter)
 
-    @property
+    @cached_property
     def sel_mask(self) -> np.ndarray:
+        """The selected clients as a mask over all N."""
         mask = np.zeros(len(self.work.straggler), dtype=bool)
         mask[self.selected.cpu().numpy()] = True
         return mask
@@ -199,7 +201,7 @@ def _train(sim, rnd: Round, start: RoundStart, trainers: torch.Tensor, report: R
 def finish(sim, start: RoundStart, report: Report, *, apart: bool = False) -> dict:
     """The server's end of the round: stop on divergence, ``aggregate`` the senders' models into G, record the
     clients' rows (evaluated rounds) and the round's row; returns that row. ``apart``: the clients ran apart
-    from the server (engine/halves.py), so a hook's non-finite model means it read a model its side does not
+    from the server (engine/sides.py), so a hook's non-finite model means it read a model its side does not
     hold (a :class:`SplitError`)."""
     cfg, algo, rec, rnd, t = sim.cfg, sim.algo, sim.recorder, start.rnd, start.t
     num = report.numbers
