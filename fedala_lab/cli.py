@@ -43,6 +43,7 @@ from .experiments.presets import check_partition, preset
 from .experiments.runs import CACHE_MODES, get_or_run
 from .experiments.sweeps import run_sweep
 from .experiments.trackers import CLIENT_ROUNDS, parse_tracker
+from .params import Bool, Float, Int
 from .record.run import json_safe
 from .record.store import RunStore
 from .reproduce import FIGURES, default_out, run_figures, save_sweep
@@ -64,6 +65,19 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"{text!r} is not a boolean (true/false)")
 
 
+def _param_type(allowed):
+    """How a flag's text becomes a hyper-parameter's value, by what its declaration allows."""
+    return {Int: int, Float: float, Bool: _bool}.get(type(allowed), parse_value)
+
+
+def _method_flags() -> dict:
+    """Flags for the hyper-parameters of the methods this command is about — FedProx, ALA (every "+ala"
+    method) and FedLAMA — from their declarations in the registry: name -> (type, help)."""
+    params = (*registry.resolve("fedprox").base.params, *registry.modifier("ala").params,
+              *registry.resolve("fedlama").base.params)
+    return {p.name.replace("_", "-"): (_param_type(p.allowed), p.doc) for p in params}
+
+
 # flags shared by `run` and `sweep`: name -> (type, help); dest is the config field
 _RUN_FLAGS = {
     "rounds": (int, "communication rounds T"),
@@ -80,14 +94,7 @@ _RUN_FLAGS = {
     "local-epochs": (int, "local epochs E"),
     "batch-size": (int, "local batch size"),
     "lr": (float, "local learning rate"),
-    "mu": (float, "FedProx μ"),
-    "eta": (float, "ALA weight learning rate η"),
-    "s": (float, "ALA: percent of local train data for weight learning"),
-    "p": (int, "ALA: number of top blocks with learned weights"),
-    "threshold": (float, "ALA start-phase convergence threshold"),
-    "max-start-epochs": (int, "cap on ALA start-phase passes"),
-    "tau0": (int, "FedLAMA base interval τ0 (local steps)"),
-    "phi": (int, "FedLAMA interval factor φ"),
+    **_method_flags(),
     "local-steps": (int, "local SGD steps per round instead of epochs"),
     "seed": (int, "run seed"),
     "data-seed": (int, "partition seed"),

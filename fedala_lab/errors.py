@@ -85,6 +85,20 @@ class SweepFailed(FedalaError):
         self.result = result
 
 
+class HookError(FedalaError, TypeError):
+    """An algorithm's hook returned something the round cannot use (a wrong type, shape or client id):
+    ``hook`` names the hook, ``algo`` the algorithm."""
+
+    def __init__(self, message: str, *, hook: str, algo: str):
+        super().__init__(message)
+        self.hook, self.algo = hook, algo
+
+
+class SplitError(FedalaError, RuntimeError):
+    """A method did something a federation cannot do (clients and server apart, as on Flower): read a model
+    its side does not hold."""
+
+
 class RunCancelled(FedalaError):
     """A run was stopped by its caller (the app's Stop button). Its last checkpoint can be resumed; ``run``
     holds what was recorded up to that point (a Run with status "partial")."""

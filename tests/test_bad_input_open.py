@@ -311,7 +311,7 @@ HINTS = [  # in range, but what a diverged run most likely owes to: named before
 
 @pytest.mark.parametrize("changes,pattern", HINTS, ids=[",".join(f"{k}={v}" for k, v in c.items()) for c, _ in HINTS])
 def test_a_divergence_names_the_method_setting_first(changes, pattern):
-    from fedala_lab.engine.simulate import divergence_message
+    from fedala_lab.engine.rounds import divergence_message
 
     msg = divergence_message(small_cfg(**changes), 3, [0, 1])
     hit = re.search(pattern, msg)
@@ -320,7 +320,7 @@ def test_a_divergence_names_the_method_setting_first(changes, pattern):
 
 @pytest.mark.parametrize("algo", ["pfedme", "perfedavg", "fedamp", "apple", "ditto"])
 def test_default_settings_blame_the_learning_rate(algo):
-    from fedala_lab.engine.simulate import divergence_message
+    from fedala_lab.engine.rounds import divergence_message
 
     msg = divergence_message(small_cfg(algo=algo), 3, [0])
     assert "The learning rate lr=0.05 is most likely too large" in msg and "Otherwise" not in msg

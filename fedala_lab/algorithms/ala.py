@@ -1,56 +1,17 @@
-"""ALA: Adaptive Local Aggregation (FedALA, Zhang et al., AAAI 2023), as docs/design.md#ala describes it.
-
-For client i in round t, with its old local model L = Θ_i^{t-1} and the received global model G:
+"""ALA: Adaptive Local Aggregation (FedALA, Zhang et al., AAAI 2023). For client i in round t, with its old
+local model L = Θ_i^{t-1} and the received global model G:
 
     Θ̂ = L + (G − L) ⊙ [1 for the lower layers ; W for the p top blocks]           (Eq. 4)
     W ← clip_[0,1]( W − η · ∂ℓ/∂Θ̂_high ⊙ (G − L)_high )                           (Eq. 5, App. A)
 
-W holds one weight per parameter of the top p blocks, starts at all ones and is carried from round to
-round. Only W learns; ℓ is cross-entropy on a window of s % of the client's train split. Local training
-then starts from Θ̂.
+W (one weight per parameter of the top p blocks, starting at ones) is carried from round to round; ℓ is
+cross-entropy on a window of s % of the client's train split; local training starts from Θ̂. How it matches
+the public reference (FedALA / PFLlib ``ALA.py``), its departures, and ALA on another method:
+docs/design.md#ala.
 
-Three layers, top to bottom:
-
-- :class:`WithALA`: ALA as the local initialisation of a simulated run, on any algorithm that takes it
-  (the ``+ala`` modifier; FedALA is ``fedavg+ala``); :meth:`WithALA.initialise` is Algorithm 1, lines 3–10
-  of the paper; its state is :class:`ALAState`;
-- :class:`ALA`: the drop-in — ALA on any PyTorch model and one client's data, in anyone's training loop
-  (the reference's ``ALA`` class, with its ``adaptive_local_aggregation(global_model, local_model)``);
-- :class:`WeightLearner`: the math both use — Eq. 5 for A clients at once, each on its own window.
-
-Matching the public reference code (FedALA / PFLlib ``ALA.py``):
-
-- round 1 is skipped (every local model equals the global one); the reference detects it by comparing the
-  first parameter tensors, the engine by the round number, the drop-in by comparing the models;
-- the s % sample is one contiguous window of the client's train split at a random offset
-  (``randint(0, n − ⌊s·n⌋)``), walked in order in batches of the local batch size, last partial batch kept;
-- W is updated after every batch and Θ̂ rebuilt from L, G, W;
-- start phase (the client's first ALA, normally round 2): passes repeat until more than ``num_pre_loss``
-  pass losses exist and the std of the last ``num_pre_loss`` is below ``threshold``, where a pass's loss
-  is the loss of its LAST batch; later rounds make exactly one pass;
-- ALA runs for every client every round (all clients are evaluated), not only the selected ones.
-
-Departures, each an option with the reference available:
-
-- ``max_start_epochs`` caps the start phase (the reference loops forever when the threshold is never met);
-  clients that hit the cap are recorded in ``run.meta["capped_clients"]`` and reported;
-- ``ala_all_clients=False`` runs ALA for the selected clients only; ``ala_after=K`` keeps the algorithm's
-  own initialisation for rounds ≤ K (the paper's Fig. 4 protocol);
-- a client whose window is empty (s % of a tiny split rounds to 0 samples; the reference crashes) skips
-  weight learning and blends with its current W;
-- when the blocks below the top p hold no batch norm or dropout, their output on the window is the same
-  for every batch and pass (they are G's, frozen): we compute those features once per round and learn W on
-  the head alone. This is exact, not an approximation (docs/design.md#performance: weights agree to 3e-7).
-  Those head-only steps are small, so they run vectorised over clients whenever the run's backend is
-  "auto", even where a large model trains a client at a time.
-
-ALA on another method (the paper's Table 4: "ALA only changes the local initialisation"). ALA blends what
-the method sends a client with the client's own model: the top p blocks *of what it receives* get learned
-weights, the rest of what it receives overwrites, and what it never receives stays the client's (FedRep
-sends its body: p = 1 is then the body's top block, and each client's head stays its own). A method that
-sends each client its own model (FedAMP's u_i) is blended per client. A round in which the method sends only
-part of what it can (FedLAMA between full synchronisations) blends the received top-block parameters with
-the client's current W, without learning (Eq. 4 alone); with FedLAMA's φ = 1 this is FedALA (tested).
+Three layers, top to bottom: :class:`WithALA`, the ``+ala`` modifier (its state :class:`ALAState`);
+:class:`ALA`, the drop-in for anyone's training loop (the reference's class); :class:`WeightLearner`, Eq. 5
+for A clients at once, each on its own window.
 """
 
 from __future__ import annotations
@@ -96,6 +57,7 @@ PARAMS = (
     Param("ala_after", 0, Int(0, 100_000), "ALA is off (the method's own initialisation) while round <= ala_after "
           "(Fig. 4 protocol: K = 155)", short="ALA after round {}"),
 )
+# run.tables["ala"]: a row per weight-learning pass of a tracked client (record/run.py reads them from here)
 ALA_COLUMNS = ["round", "client", "epoch", "loss", "loss_mean", "start_phase", "capped"]
 
 
@@ -283,10 +245,10 @@ class WeightLearner:
         between the engine and a Flower client computing its window alone). With ``per_client`` each
         client's rows go through its own G (``glob`` (A, …)).
 
-        ``chunk`` (None: :func:`~fedala_lab.compute.plans.forward_chunk`, 256 or 64 with channels-last convolutions):
-        a conv's activations stay in cache (MNIST CNN, one CPU thread: 256 rows are 22 % faster than 1,024,
-        and 64 rows in channels-last 1.6–1.8× faster than 256). On a CPU the chunks are shared out among
-        threads (compute/parallel.py), each computed exactly as in one thread."""
+        ``chunk`` (None: :func:`~fedala_lab.compute.plans.forward_chunk`, 256 or 64 with channels-last
+        convolutions): small enough that a conv's activations stay in cache (docs/design.md#performance). On a CPU
+        the chunks are shared out among threads (compute/parallel.py), each computed exactly as in one
+        thread."""
         buffers = dict(self.model.named_buffers())
         self.model.eval()
         cl = self.channels_last and x.dim() == 4
@@ -576,7 +538,7 @@ class WithALA(Wrapper):
         learned = self.learner.learn({n: w[clients] for n, w in state.weights.items()}, local, glob, x, y,
                                      lengths, start_phase,
                                      buffers={k: b[clients] for k, b in rnd.local_buffers.items()},
-                                     backend=rnd.setup.backend_for(self.learner.step_params), per_client=per_client)
+                                     backend=rnd.backend_for(self.learner.step_params), per_client=per_client)
         for n in self.names:  # W kept for the next round
             state.weights[n][clients] = learned.weights[n]
         state.started[clients] = True
@@ -584,7 +546,8 @@ class WithALA(Wrapper):
         # Θ̂ = L + (G − L) ⊙ [1; W]: the lower parameters are G's (Eq. 4's "1"), the weighted ones blended
         rows = {n: blend(local[n], glob[n], learned.weights[n]) for n in self.names}
         return Sent({n: v for n, v in sent.params.items() if n not in rows},
-                    sent.bytes, rows={**{n: v for n, v in sent.rows.items() if n not in rows}, **rows})
+                    sent.bytes, rows={**{n: v for n, v in sent.rows.items() if n not in rows}, **rows},
+                    client_bytes=sent.client_bytes)
 
     def windows(self, rnd: Round, ids: np.ndarray):
         """The clients' windows one after another: rows x, y of the train data, and each window's length."""
@@ -625,7 +588,7 @@ class WithALA(Wrapper):
         rows = {n: blend(rnd.local_params[n][clients], sent.per_client(n, len(clients)), w[n][clients])
                 for n in sent.received() & top}
         return Sent({n: v for n, v in sent.params.items() if n not in top}, sent.bytes,
-                    rows={**{n: v for n, v in sent.rows.items() if n not in top}, **rows})
+                    rows={**{n: v for n, v in sent.rows.items() if n not in top}, **rows}, client_bytes=sent.client_bytes)
 
 
 def base_through(cfg) -> int:

@@ -1,48 +1,12 @@
-"""APPLE (Luo & Wu, "Adapt to Adaptation: Learning Personalization for Cross-Silo Federated Learning", IJCAI
-2022; arXiv 2110.08394): each client keeps a core model θ_i, shared with every other client, and learns how
-much of each client's core model its personalised model takes.
+"""APPLE (Luo & Wu, IJCAI 2022): each client keeps a core model θ_i shared with every other client, and learns
+how much of each client's core model its personalised model takes (its relationship vector p_i).
 
-Each client i holds a directed relationship vector p_i (one weight per client). In each round it downloads every
-other client's core model θ_j; its personalised model is
+    θ̃_i = Σ_j p_ij θ_j;  per batch, with g = ∇ℓ(θ̃_i):
+    θ_i  ← θ_i − η · p_ii · g
+    p_ij ← p_ij − η_p · (⟨g, θ_j⟩ + λ(t)·μ·(p_ij − p⁰_j)),   λ(t) fading to 0 over ``apple_fade_rounds``
 
-    θ̃_i = Σ_j p_ij θ_j                                           (the client's own core model in its slot)
-
-and, on each batch of its local epochs, with g = ∇ℓ(θ̃_i) the gradient of the loss at the personalised model,
-
-    θ_i  ← θ_i − η · p_ii · g                                     (∂ℓ/∂θ_i = p_ii·g)
-    p_ij ← p_ij − η_p · (⟨g, θ_j⟩ + λ(t)·μ·(p_ij − p⁰_j))          for every j (∂ℓ/∂p_ij = ⟨g, θ_j⟩)
-
-then uploads θ_i. λ(t) = (1 + cos(π(t − 1)/F))/2 for t − 1 < F, else 0 (F = ``apple_fade_rounds``): the pull
-of p_i towards p⁰ (p⁰_j = n_j / Σ n, the train-sample shares) fades over the first F rounds, moving the training from
-the federation's objective towards the client's own (the paper's loss scheduler; its equation numbers are not
-restated here). Evaluated: each client's personalised model θ̃_i (built from the core models it downloaded
-this round, before its training). Communication: N − 1 core models down per client per round (every client
-downloads, as every client's personalised model is evaluated; its own core model is already there), one up
-per sender; there is no global model.
-
-Hyper-parameters: p_i starts uniform, 1/N (PFLlib ``clientapple.py``; the official code, github.com/ljaiverson/
-pFL-APPLE, starts it at p⁰); p⁰ = train-sample shares (both); η = the run's ``lr``; ``apple_dr_lr`` = η_p = 0.001
-(the official code's ``lr_coef``; PFLlib's ``dr_learning_rate`` defaults to 0, which freezes p at uniform: each
-client's personalised model is then the mean of the cores and APPLE learns poorly, 19 % on the teach problem
-against 90 % at 0.001); ``apple_mu`` = μ = 0.1 (the official code's ``mu``, whose penalty μ‖p_i − p⁰‖² pulls
-twice as hard as the gradient λμ(p_ij − p⁰_j) here, which is PFLlib's; PFLlib reads FedProx's ``mu``, default 0); ``apple_fade_rounds`` = 50 (PFLlib's L·T as a count of rounds, so round t never depends on the run's
-length; PFLlib's default L = 1 fades the pull over the whole run, the official code over the first 10 % of the
-rounds, exponentially by default). Plain SGD for both (the official code uses
-momentum 0.9).
-
-Departures from PFLlib: the core model's step is η·p_ii·g, its exact gradient, as in the official code (PFLlib
-multiplies η by N, a plain step of η while p_ii = 1/N, but one that grows with p_ii: on the teach problem it is
-less stable, best 86 % and diverging at η_p = 0.01); ∂ℓ/∂p_ij is the exact inner product ⟨g, θ_j⟩ (PFLlib
-averages g ⊙ θ_j within each tensor, then over tensors); θ_i and p_i step together from
-the same gradient (PFLlib updates θ_i first and uses it in p_ii's step); a client uploads its core model θ_i
-(PFLlib uploads a copy of its personalised model, and its clients, trained one after another, see the core
-models their predecessors trained this round; here every client sees the cores downloaded at the round's
-start); only the round's selected clients train (PFLlib trains every client every round: ``join_ratio = 1``,
-the teach default, is the same); λ(t) follows the official code's cosine in t − 1 (PFLlib's lags a round).
-
-The step needs every client's core model: the N cores go to the step as one shared tensor (not per client), so
-under ``vmap`` the memory is N models plus one personalised model per client, and the vectorised backend runs
-it (tested equal to the loop).
+Evaluated: each client's personalised model θ̃_i. Hyper-parameters, communication and the departures from
+the official code and PFLlib: docs/methods.md#apple.
 """
 
 from __future__ import annotations
@@ -113,7 +77,7 @@ class APPLE(Algorithm):
 
     def initialise(self, rnd: Round, clients: torch.Tensor) -> Sent:
         """Each client downloads the others' core models (its own stays its local model)."""
-        return Sent({}, len(clients) * (rnd.num_clients - 1) * rnd.setup.param_bytes())
+        return Sent({}, len(clients) * (rnd.num_clients - 1) * rnd.param_bytes())
 
     def personalise(self, rnd: Round) -> dict:
         # The server's copy of a core model is always the client's: a client that trains uploads, a dropped
@@ -122,18 +86,18 @@ class APPLE(Algorithm):
 
     def local_train(self, rnd: Round, work: Work) -> Trained:
         c = work.clients
-        n = torch.as_tensor(rnd.setup.train_sizes, dtype=torch.float32, device=rnd.device)
+        n = torch.as_tensor(rnd.data.train_sizes, dtype=torch.float32, device=rnd.device)
         prox = schedule(rnd.t, self.cfg.apple_fade_rounds) * self.cfg.apple_mu
         carry = {**rnd.models(c), "p": rnd.state.p[c], "start": {k: v[c] for k, v in rnd.local_params.items()},
                  "me": torch.nn.functional.one_hot(c, rnd.num_clients).to(rnd.state.p.dtype)}
         shared = {"cores": rnd.local_params, "p0": n / n.sum(), "prox": torch.tensor(prox, device=rnd.device)}
         out, aux = rnd.run_steps(self.step, carry, work.plan, shared)
         rnd.state.p[c] = out["p"]
-        return Trained(out["params"], out["buffers"], aux[..., 0], None, work.plan.sizes > 0)
+        return Trained(out["params"], out["buffers"], aux[..., 0], work.plan.sizes > 0)
 
     def aggregate(self, rnd: Round, senders: torch.Tensor) -> Aggregated:
         """Nothing to average: the senders' core models are what the others download next round."""
-        return Aggregated({}, len(senders) * rnd.setup.param_bytes())
+        return Aggregated({}, len(senders) * rnd.param_bytes())
 
 
 def _hint(cfg) -> str:
@@ -164,4 +128,4 @@ PARAMS = (
 
 SPEC = make_spec("apple", APPLE, label="APPLE", params=PARAMS, colour="mediumvioletred", line_style=":",
                  category="personalised aggregation", modifiers=(), divergence_hint=_hint, builtin=True,
-                 communication="(1+M)·Σ", doc="Luo & Wu, IJCAI 2022")
+                 fedala_paper=True, communication="(1+M)·Σ", doc="Luo & Wu, IJCAI 2022")

@@ -71,11 +71,13 @@ class Sent:
 
     ``params``: name → tensor of the parameter's shape, the same for every client (G's); ``rows``: name →
     (A, *shape), one row per client (a model of its own: ALA's Θ̂, FedAMP's u_i). A parameter in neither
-    keeps the client's local value."""
+    keeps the client's local value. ``client_bytes``: each client's share of ``bytes`` (in the order of the
+    clients), for a method whose clients download different amounts; None: shared evenly."""
 
     params: dict[str, torch.Tensor]
     bytes: int
     rows: dict[str, torch.Tensor] = field(default_factory=dict)
+    client_bytes: Sequence[int] | None = None
 
     def received(self) -> set[str]:
         return set(self.params) | set(self.rows)
@@ -92,23 +94,24 @@ class Sent:
 class Trained:
     """What local training left: the clients' new parameters and buffers, (A, *shape) each (a parameter not
     named keeps its value), and the loss of each of their SGD steps (A, K) with ``done`` (A, K) saying which
-    steps happened (None: those with a loss that is not NaN). ``seconds`` per client, where the backend
-    measures it (loop and worker processes), else None. A non-finite loss of a step that happened is
-    divergence: the engine stops the run."""
+    steps happened (None: those with a loss that is not NaN). A non-finite loss of a step that happened, or a
+    non-finite model, is divergence: the engine stops the run. (Each client's seconds are measured by the
+    Round's training services, :attr:`Round.timings`.)"""
 
     params: dict[str, torch.Tensor]
     buffers: dict[str, torch.Tensor]
     losses: np.ndarray
-    seconds: list[float] | None = None
     done: np.ndarray | None = None
 
 
 @dataclass
 class Aggregated:
-    """The server's new global parameters (only those that changed) and the bytes uploaded to it."""
+    """The server's new global parameters (only those that changed) and the bytes uploaded to it;
+    ``client_bytes``: each sender's share (in the order of the senders), None: shared evenly."""
 
     params: dict[str, torch.Tensor]
     bytes: int
+    client_bytes: Sequence[int] | None = None
 
 
 @dataclass
@@ -214,7 +217,7 @@ class Setup:
                                       shuffle=cfg.shuffle, seed=cfg.seed, t=t, client=c, epochs=epochs, steps=steps,
                                       stream=stream)
             batches.append(seq[:limits[c]] if limits and c in limits else seq)
-        plan = BatchPlan.from_batches(batches, self.device)
+        plan = BatchPlan.from_batches(batches, self.device, clients=ids)
         if cache:
             self._plans[key] = plan
         return plan
@@ -232,65 +235,75 @@ class Setup:
 
 
 class Round:
-    """What a hook sees of round ``t``.
+    """What a hook sees of round ``t`` — the only way it reaches the run.
 
     Read: ``t``, ``cfg``, ``model``, ``data``, ``global_params`` (G), ``local_params`` and ``local_buffers``
     (every client's, (N, *shape)), ``selected`` (this round's clients), ``state`` (the calling algorithm's own
     state, which it may update in place). Treat the parameter tensors as read-only: return changes instead.
 
     Services: :meth:`rng` (seeded generators), :meth:`models` (some clients' models), :meth:`weights` (FedAvg's
-    n_i/Σn), :meth:`send_global`, :meth:`weighted_mean`, :meth:`train` (SGD through the run's backend),
-    :meth:`run_steps` (any per-client step), :meth:`evaluate`, :meth:`record` / :meth:`record_series`.
+    n_i/Σn), :meth:`param_bytes`, :meth:`send_global`, :meth:`weighted_mean`, :meth:`plan` (batches),
+    :meth:`train` (SGD through the run's backend), :meth:`run_steps` (any per-client step),
+    :meth:`backend_for`, :meth:`evaluate` / :meth:`evaluate_batches`, :meth:`record` / :meth:`record_series`.
     """
 
     def __init__(self, setup: Setup, t: int, *, global_params: dict, local_params: dict, local_buffers: dict,
-                 selected: torch.Tensor | None = None, state=None, records: list | None = None):
-        self.setup, self.t = setup, t
+                 selected: torch.Tensor | None = None, state=None, records: list | None = None,
+                 timings: dict | None = None):
+        self._setup, self.t = setup, t
         self.global_params, self.local_params, self.local_buffers = global_params, local_params, local_buffers
         self.selected = selected
         self.state = state
         self.records = [] if records is None else records  # (kind, payload), flushed into the run's record
+        # client -> seconds of its training calls (train, run_steps); a batched call (the vectorised backend)
+        # shares its seconds among its clients by the rows each processed
+        self.timings = {} if timings is None else timings
 
     def with_state(self, state) -> Round:
         """This round as a wrapped (inner) algorithm sees it: the same round, its own state."""
-        r = Round(self.setup, self.t, global_params=self.global_params, local_params=self.local_params,
-                  local_buffers=self.local_buffers, selected=self.selected, state=state, records=self.records)
-        return r
+        return Round(self._setup, self.t, global_params=self.global_params, local_params=self.local_params,
+                     local_buffers=self.local_buffers, selected=self.selected, state=state, records=self.records,
+                     timings=self.timings)
 
     # -- facts -------------------------------------------------------------------------------------
 
     @property
     def cfg(self):
-        return self.setup.cfg
+        return self._setup.cfg
 
     @property
     def model(self) -> nn.Module:
-        return self.setup.model
+        return self._setup.model
 
     @property
     def data(self) -> FederatedData:
-        return self.setup.data
+        return self._setup.data
 
     @property
     def device(self) -> torch.device:
-        return self.setup.device
+        return self._setup.device
 
     @property
     def num_clients(self) -> int:
-        return self.setup.num_clients
+        return self._setup.num_clients
 
     @property
     def param_names(self) -> list[str]:
-        return self.setup.param_names
+        return self._setup.param_names
 
     @property
     def everyone(self) -> torch.Tensor:
+        """Every client this round holds: all N (on a Flower client, the client itself)."""
         return torch.arange(self.num_clients, device=self.device)
+
+    def held(self, clients: torch.Tensor) -> torch.Tensor:
+        """Those of ``clients`` this round holds (all of them; on a Flower client, itself if among them)."""
+        return clients
 
     @property
     def tracked(self) -> frozenset[int]:
         """Clients whose per-client records (ALA's passes and weights…) the run keeps."""
-        return self.setup.tracked
+        return self._setup.tracked
 
     def rng(self, client: int, purpose: int, *extra: int) -> np.random.Generator:
         """A generator of its own for (seed, this round, client, purpose, …): the same draw on any backend and
@@ -300,8 +313,12 @@ class Round:
 
     def weights(self, clients: torch.Tensor) -> torch.Tensor:
         """FedAvg's weights n_i / Σ n of ``clients`` (n_i = train samples), float64 on the device."""
-        n = torch.as_tensor(self.setup.train_sizes, dtype=torch.float64)[clients.cpu()]
+        n = torch.as_tensor(self._setup.train_sizes, dtype=torch.float64)[clients.cpu()]
         return (n / n.sum()).to(self.device)
+
+    def param_bytes(self, names: Sequence[str] | None = None) -> int:
+        """Bytes of these parameters (all when None): what sending them once costs."""
+        return self._setup.param_bytes(names)
 
     def models(self, clients: torch.Tensor, params: dict | None = None, buffers: dict | None = None) -> dict:
         """A working copy of these clients' models: {"params": {…}, "buffers": {…}}, (A, *shape) tensors."""
@@ -315,7 +332,7 @@ class Round:
     def send_global(self, clients: torch.Tensor, names: Sequence[str] | None = None) -> Sent:
         """Every client in ``clients`` receives G (or only the parameters ``names``)."""
         names = self.param_names if names is None else list(names)
-        return Sent({n: self.global_params[n] for n in names}, len(clients) * self.setup.param_bytes(names))
+        return Sent({n: self.global_params[n] for n in names}, len(clients) * self.param_bytes(names))
 
     def weighted_mean(self, clients: torch.Tensor, names: Sequence[str] | None = None,
                       params: dict | None = None) -> Aggregated:
@@ -325,15 +342,34 @@ class Round:
         w = self.weights(clients).to(next(iter(self.global_params.values())).dtype)
         src = {n: self.local_params[n][clients] for n in names} if params is None else params
         return Aggregated({n: torch.tensordot(w, src[n], dims=1) for n in names},
-                          len(clients) * self.setup.param_bytes(names))
+                          len(clients) * self.param_bytes(names))
 
     # -- training and evaluation -------------------------------------------------------------------
 
     def plan(self, clients: torch.Tensor, *, epochs: int | None = None, steps: int | None = None,
-             stream: int = streams.TRAIN_ORDER) -> BatchPlan:
-        """Local SGD batches of ``clients`` this round (:meth:`Setup.plan`); a stream of your own
-        (``stream=``) draws its own order when ``cfg.shuffle``."""
-        return self.setup.plan(self.t, clients, epochs=epochs, steps=steps, stream=stream)
+             stream: int = streams.TRAIN_ORDER, limits: dict[int, int] | None = None,
+             sizes: Sequence[int] | None = None) -> BatchPlan:
+        """Local SGD batches of ``clients`` this round: ``epochs`` passes over each one's train split, or exactly
+        ``steps`` batches; ``limits`` cuts some clients' work to their first so many batches; ``sizes`` trains
+        on the first so many rows of each split only (FedFomo's validation rows). A stream of your own
+        (``stream=``) draws its own order when ``cfg.shuffle`` (:meth:`Setup.plan`)."""
+        return self._setup.plan(self.t, clients, epochs=epochs, steps=steps, stream=stream, limits=limits,
+                                sizes=sizes)
+
+    def backend_for(self, num_params: int):
+        """The backend that runs a per-client step through ``num_params`` parameters (:meth:`Setup.backend_for`:
+        a small step may run vectorised where the model trains in worker processes)."""
+        return self._setup.backend_for(num_params)
+
+    def _timed(self, backend, clients) -> list | None:
+        """A list for the backend's per-client seconds, where the clients are known."""
+        return [] if clients is not None else None
+
+    def _add_times(self, clients, seconds: list | None) -> None:
+        if seconds:
+            ids = clients.cpu().tolist() if torch.is_tensor(clients) else list(clients)
+            for c, s in zip(ids, seconds):
+                self.timings[c] = self.timings.get(c, 0.0) + s
 
     def train(self, clients: torch.Tensor, plan: BatchPlan, *, start: dict | None = None, sgd: SGD | None = None,
               shared: dict | None = None, extra: dict | None = None) -> Trained:
@@ -343,39 +379,49 @@ class Round:
         ``shared`` is what every client's step sees (default: {"global": G}, FedProx's anchor); ``extra`` adds
         per-client tensors (A, …) to each client's carry (a per-client anchor, read by an objective). It runs
         on the run's backend: worker processes on a CPU for large models, where the recipe pickles."""
-        sgd = sgd or self.setup.sgd()
+        sgd = sgd or self._setup.sgd()
         carry = self.models(clients)
         if start is not None:
             carry = {"params": start["params"], "buffers": start.get("buffers") or carry["buffers"]}
         if extra:
             carry = {**carry, **extra}
-        backend = self.setup.backend
-        timings = [] if backend.name in ("loop", "workers") else None
-        out, aux = backend.run(self.setup.step_for(sgd), carry,
+        backend = self._setup.backend
+        timings = self._timed(backend, clients)
+        out, aux = backend.run(self._setup.step_for(sgd), carry,
                                {"global": self.global_params} if shared is None else shared, plan,
                                self.data.train_x, self.data.train_y, train=True, model=self.model, timings=timings)
-        return Trained(out["params"], out.get("buffers", {}), aux[..., 0], timings, plan.sizes > 0)
+        self._add_times(clients, timings)
+        return Trained(out["params"], out.get("buffers", {}), aux[..., 0], plan.sizes > 0)
 
     def run_steps(self, step: Callable, carry: dict, plan: BatchPlan, shared: dict | None = None, *,
                   train: bool = True, split: str = "train", aux_size: int = 1, num_params: int | None = None):
         """Run any per-client ``step`` (compute/backends.py) over ``plan``'s batches of ``split``: on the loop or
         vectorised backend (by ``num_params`` the step runs through, default the whole model). Returns
-        (carry, aux (A, K, aux_size))."""
+        (carry, aux (A, K, aux_size)). Training steps count towards the plan's clients' :attr:`timings`."""
         x, y = (self.data.train_x, self.data.train_y) if split == "train" else (self.data.test_x, self.data.test_y)
-        backend = self.setup.backend_for(self.setup.num_params if num_params is None else num_params)
-        return backend.run(step, carry, shared or {}, plan, x, y, train=train, model=self.model, aux_size=aux_size)
+        backend = self.backend_for(self._setup.num_params if num_params is None else num_params)
+        timings = self._timed(backend, plan.clients) if train else None
+        out = backend.run(step, carry, shared or {}, plan, x, y, train=train, model=self.model, aux_size=aux_size,
+                          timings=timings)
+        self._add_times(plan.clients, timings)
+        return out
 
     def evaluate(self, params: dict, buffers: dict, split: str = "test",
                  clients: torch.Tensor | None = None) -> dict[str, np.ndarray]:
         """Sum of losses, number correct and number of rows per client on its ``split``, of every client's model
         (``params``/``buffers``: (N, …)) or of ``clients``' only."""
-        plan = self.setup.eval_plan(split)
+        plan = self._setup.eval_plan(split)
         if clients is not None:
             picked = self.models(clients, params, buffers)
             params, buffers = picked["params"], picked["buffers"]
             plan = plan.take(clients.cpu().numpy())
+        return self.evaluate_batches(params, buffers, plan, split)
+
+    def evaluate_batches(self, params: dict, buffers: dict, plan: BatchPlan, split: str = "train") -> dict:
+        """Sum of losses, number correct and number of rows of each model (one per row of ``params``/``buffers``)
+        on the rows of ``split`` that its row of ``plan`` names (rows of your own: FedFomo's validation rows)."""
         x, y = (self.data.train_x, self.data.train_y) if split == "train" else (self.data.test_x, self.data.test_y)
-        return plans.evaluate(self.setup.backend, self.setup.eval_step, self.model, params, buffers, x, y, plan)
+        return plans.evaluate(self._setup.backend, self._setup.eval_step, self.model, params, buffers, x, y, plan)
 
     # -- records -----------------------------------------------------------------------------------
 
@@ -402,6 +448,10 @@ class Algorithm:
     initialise_all: bool = True
     # SGD steps per round instead of cfg.local_epochs epochs (FedLAMA: τ0), None: the config decides.
     local_steps: int | None = None
+    # Whether it runs with the clients and the server apart (Flower, engine/sides.py). None: decided from its
+    # hooks (refused when a state of its own is read by both a server and a client hook); True: it runs
+    # (its server hooks never read what its client hooks keep, pFedMe); a string: it cannot, for that reason.
+    flower_split: bool | str | None = None
 
     def __init__(self, setup: Setup):
         self.setup = setup

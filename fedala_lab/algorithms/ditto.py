@@ -1,23 +1,11 @@
-"""Ditto (Li, Hu, Beirami & Smith, "Ditto: Fair and Robust Federated Learning Through Personalization",
-ICML 2021): FedAvg for a global model, plus a personal model per client kept close to it.
+"""Ditto (Li, Hu, Beirami & Smith, ICML 2021): FedAvg for a global model, plus a personal model per client kept
+close to it. Each selected client, from the received model w:
 
-Each selected client i, having received the global model w (its local model, initialised as the method
-does: G, or ALA's Θ̂ with ``+ala``):
+    w_i ← E epochs of SGD on F_i(w), sent for FedAvg's mean
+    v_i ← ``ditto_epochs`` epochs of SGD on F_i(v) + (λ/2)‖v − w‖² from v_i
 
-    w_i ← E epochs of SGD on F_i(w) from w, sent to the server for FedAvg's mean          (Algorithm 1, line 7)
-    v_i ← ``ditto_epochs`` epochs of SGD on h_i(v; w) = F_i(v) + (λ/2)‖v − w‖² from v_i    (Eq. 2; Alg. 1, l. 8)
-
-Evaluated: each client's personal model v_i (the FedALA paper evaluates Ditto so). v_i starts as the initial
-global model and is kept by the client (``DittoState``); it is never sent.
-
-As the public reference (PFLlib ``clientditto.py``): the personal model trains first, on the same train split
-with the same learning rate, the proximal anchor being the local model as received (before its own
-training); plain SGD steps θ ← θ − lr·(∇F_i + λ(v − w)). Departures: the batch order of the personal epochs is
-the local model's (the reference draws its own shuffle; with ``shuffle=False`` both walk the split in its
-order), so that with λ = 0 the personal models are Local's exactly (tested); stragglers cut the global
-part's work only, and a dropped straggler trains neither model. Defaults: λ = ``ditto_lambda`` = 0.1 (the
-Ditto paper tunes λ in {0.01, 0.1, 1, 2}; PFLlib's default μ = 0 would make Ditto Local), one personal epoch
-(PFLlib's ``plocal_epochs`` = 1).
+Evaluated: each client's personal model v_i, never sent. Defaults and departures from PFLlib:
+docs/methods.md#ditto.
 """
 
 from __future__ import annotations
@@ -92,4 +80,4 @@ PARAMS = (
 )
 
 SPEC = make_spec("ditto", Ditto, label="Ditto", params=PARAMS, colour="tab:cyan", category="extra personal models",
-                 divergence_hint=_hint, builtin=True, doc="Li, Hu, Beirami & Smith, ICML 2021")
+                 divergence_hint=_hint, builtin=True, fedala_paper=True, doc="Li, Hu, Beirami & Smith, ICML 2021")

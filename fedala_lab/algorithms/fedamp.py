@@ -1,50 +1,11 @@
-"""FedAMP (Huang, Chu, Zhou, Wang, Liu, Pei & Zhang, "Personalized Cross-Silo Federated Learning on Non-IID
-Data", AAAI 2021): no global model; the server builds for each client a personalised cloud model from the
-clients' models, weighting most the models closest to the client's own (attentive message passing).
+"""FedAMP (Huang, Chu, Zhou, Wang, Liu, Pei & Zhang, AAAI 2021): no global model; the server sends each client
+a cloud model built from the clients' last uploads w_j, weighted towards the models closest to its own.
 
-With w_j the last model client j uploaded, the server sends client i
+    u_i = ξ_ii·w_i + Σ_{j≠i} ξ_ij·w_j,   ξ_ij = (α_K/σ)·exp(−‖w_i − w_j‖²/σ),   ξ_ii = 1 − Σ_{j≠i} ξ_ij
+    client i, from u_i: E epochs of SGD on F_i(w) + (λ/(2α_K))·‖w − u_i‖², then uploads w_i
 
-    u_i = ξ_ii·w_i + Σ_{j≠i} ξ_ij·w_j,   ξ_ij = α_K·A'(‖w_i − w_j‖²) = (α_K/σ)·exp(−‖w_i − w_j‖²/σ),
-                                         ξ_ii = 1 − Σ_{j≠i} ξ_ij
-
-(the paper's message-passing step, a gradient step on its attention-inducing function A(x) = 1 − e^{−x/σ}
-written as a weighted sum of the models), and client i, starting from u_i, trains E epochs of SGD on
-
-    F_i(w) + (λ/(2α_K))·‖w − u_i‖²                                        (the paper's proximal step)
-
-i.e. θ ← θ − lr·(∇F_i + (λ/α_K)(θ − u_i)), and uploads the result: the server's new w_i. The peers j are the
-clients that uploaded in the previous round; w_i is the server's copy of client i's last upload (the initial
-model before its first). Round 1, with nothing uploaded yet, sends the initial model as FedAvg does. The
-paper's equation numbers are not given: we could not check them against its text.
-
-Evaluated: each client's local model as received, before local training: u_i, or ALA's blend with ``+ala``
-(the engine's order, and the reference's: ``send_models``, then ``evaluate``).
-
-Hyper-parameters: ``fedamp_sigma`` σ = 1 (PFLlib's ``sigma``); ``fedamp_alpha`` α_K = 0.05 and
-``fedamp_lambda`` λ = 0.05 where PFLlib has α_K = λ = 1 (``alphaK``, ``lamda``; no values of the FedALA paper
-found). u_i is a convex combination of the models only while ξ_ii ≥ 0, i.e. for α_K small enough; as
-ξ_ij ≤ α_K/σ, α_K/σ ≤ 1/(N − 1) guarantees it whatever the distances, and 0.05 does for up to 21 clients.
-With PFLlib's α_K = 1 the teach preset's first cloud models had ξ_ii from −11 to −6: extrapolations far from
-every model (0.1 % accuracy in round 2), after which the models lie far apart, every ξ_ij → 0 and FedAMP is
-Local with a proximal term. λ = 0.05 keeps PFLlib's proximal weight λ/α_K = 1. Neither PFLlib nor this code
-checks ξ_ii ≥ 0; the weights of the tracked clients are recorded, a row of N per round
-(``run.arrays["fedamp_xi/<client>/xi"]``). α_K is constant over rounds, as in PFLlib (whose help cites the
-paper for α_K = λ/√k).
-
-As the public reference (PFLlib ``serveramp.py``, ``clientamp.py``): the attention above (not the paper's
-cosine-similarity heuristic for deep networks), over the previous round's uploads, with the client's own
-last model as w_i; the proximal term with its gradient as PFLlib had it until March 2023, around the FedALA
-paper (its later client adds ‖w − u_i‖ of detached tensors, which moves no parameter). Departures:
-
-- the client starts local training from u_i, the model it receives; PFLlib's client keeps training (and is
-  evaluated on) its own previous model, u_i being only its proximal anchor. Starting from what is received
-  is what lets ``+ala`` blend u_i into the client's model (ALA replaces the local initialisation);
-- every client, selected or not, receives its u_i each round, so that every client is evaluated on a model
-  built for it (the engine's ``initialise_all``); PFLlib sends to the selected clients only. Bytes: one
-  model per client downloaded (each its own u_i), one per sender uploaded.
-
-With α_K → 0 every weight falls on the client itself (ξ_ii = 1, u_i = w_i), and with λ = 0 nothing pulls:
-FedAMP is then Local, bit for bit (tested; a λ > 0 would pull with λ/α_K → ∞).
+Evaluated: each client's model as received (u_i). Hyper-parameters (why α_K = λ = 0.05, not PFLlib's 1), the
+recorded weights ξ, and the departures from the paper and PFLlib: docs/methods.md#fedamp.
 """
 
 from __future__ import annotations
@@ -155,4 +116,4 @@ PARAMS = (
 
 SPEC = make_spec("fedamp", FedAMP, label="FedAMP", params=PARAMS, colour="darkgoldenrod",
                  category="personalised aggregation", tracks_clients=True, divergence_hint=_hint, builtin=True,
-                 doc="Huang, Chu, Zhou, Wang, Liu, Pei & Zhang, AAAI 2021")
+                 fedala_paper=True, doc="Huang, Chu, Zhou, Wang, Liu, Pei & Zhang, AAAI 2021")

@@ -1,42 +1,12 @@
-"""FedFomo (Zhang, Sapra, Fidler, Yeung & Alvarez, "Personalized Federated Learning with First Order Model
-Optimization", ICLR 2021): each client moves its model towards the clients' models that lower its own
-validation loss, weighted by how much they lower it per unit of distance.
+"""FedFomo (Zhang, Sapra, Fidler, Yeung & Alvarez, ICLR 2021): each selected client moves its model towards the
+clients' models that lower its own validation loss, weighted by how much they lower it per unit of distance.
 
-The server keeps every client's last uploaded model θ_j and an affinity matrix P (N × N). Each selected client
-i, holding its local model θ_i (its model after its last training), downloads the models of M other clients
-(those of highest affinity P_ij among the clients the server holds a model of) and, on a validation part of its
-train split, computes the paper's first-order weights and federated update (stated here in its terms; its
-equation numbers are not restated):
-
-    w_ij = (L_i(θ_i) − L_i(θ_j)) / ‖θ_j − θ_i‖                  for each downloaded j
+    w_ij = (L_i(θ_i) − L_i(θ_j)) / ‖θ_j − θ_i‖              for the M downloaded models j (highest affinity)
     θ_i ← θ_i + Σ_j w̄_ij (θ_j − θ_i),   w̄_ij = max(w_ij, 0) / Σ_k max(w_ik, 0)
-          (θ_i unchanged when no w_ij is positive)
-    P_ij ← P_ij + w_ij                                           the server's affinity, for the next choice
+    P_ij ← P_ij + w_ij                                       the server's affinities, for the next choice
 
-then trains E epochs of SGD on the rest of its train split and uploads θ_i. Only the selected clients download
-and combine (``initialise_all = False``); there is no global model. Evaluated: each client's local model, after
-the combination and before training (the FedALA paper's order; a client not selected this round shows the model
-it last trained). Communication: M models down per downloading client, one model up per sender.
-
-Hyper-parameters, as PFLlib (``clientfomo.py``, ``serverfomo.py``, ``main.py``) sets them: ``fomo_m`` = 5 (its
-``M``), ``fomo_val`` = 0.2 (its ``val_ratio``: the last ⌊0.2·n⌋ rows of a client's train split validate, the
-first ones train), ``fomo_epsilon`` = 0 (PFLlib picks the top-M of P; the paper explores ε-greedily, its
-official code, github.com/NVlabs/FedFomo, from ε = 0.3 lowered by 0.05 a round: here ε is a constant chance per
-pick of a random candidate instead of the next by affinity). Ties of affinity are broken at random (stream
-``FOMO_PICK``, as the official code; PFLlib's ``torch.topk`` leaves them to the implementation); ‖·‖ gets PFLlib's
-1e-5 added.
-
-Departures from PFLlib: a client's reference model θ_i is its current local model, as in the paper (PFLlib
-keeps the model it started its previous training from, a round stale); a client downloads other clients'
-models only (PFLlib's P starts as the identity, so a client's own server copy fills one of its M slots, whose
-weight the paper's rule makes 0), so P starts at zero and round 1 downloads nothing (no model uploaded yet, as
-PFLlib's ``M_ = min(M, len(uploaded_ids))``); L_i is the mean loss over the validation rows (PFLlib averages
-batch means); a client with no validation row (⌊val·n⌋ = 0, and ``fomo_val = 0``) measures L_i on its whole
-train split and trains on all of it; models are compared with client i's own batch-norm statistics (the server
-keeps parameters only).
-
-The mixing weights are one overridable method (:meth:`FedFomo.weights`), so a test can swap the paper's rule
-for a fixed one: with w̄_ij = n_j / Σ_k n_k for every other client the combination is FedAvg's mean (tested).
+then E epochs of SGD on the rest of its train split. Hyper-parameters (PFLlib's), communication and the
+departures from the paper and PFLlib: docs/methods.md#fedfomo.
 """
 
 from __future__ import annotations
@@ -129,8 +99,7 @@ class FedFomo(Algorithm):
         plan = BatchPlan.from_batches([chunks[a] for a in whose], rnd.device)
         idx = clients[torch.as_tensor(whose, device=clients.device)]
         buffers = {k: b[idx] for k, b in rnd.local_buffers.items()}
-        out = plans.evaluate(rnd.setup.backend, rnd.setup.eval_step, rnd.model, models, buffers,
-                             rnd.data.train_x, rnd.data.train_y, plan)
+        out = rnd.evaluate_batches(models, buffers, plan, "train")
         return torch.as_tensor(out["loss_sum"] / np.maximum(out["num"], 1), dtype=torch.float64, device=rnd.device)
 
     def weights(self, rnd: Round, clients: torch.Tensor, owner: torch.Tensor, picked: torch.Tensor,
@@ -154,7 +123,9 @@ class FedFomo(Algorithm):
         theirs = {n: st.models[n][picked] for n in rnd.param_names}
         w, mix = self.weights(rnd, clients, owner, picked, own, theirs)
         st.affinity.index_put_((clients[owner], picked), w.to(st.affinity.dtype), accumulate=True)
-        return Sent({}, len(picked) * rnd.setup.param_bytes(), rows=fomo_combine(own, theirs, mix, owner))
+        size = rnd.param_bytes()
+        return Sent({}, len(picked) * size, rows=fomo_combine(own, theirs, mix, owner),
+                    client_bytes=[len(js) * size for js in chosen])
 
     def local_train(self, rnd: Round, work: Work) -> Trained:
         """E epochs of SGD on the train part of each split (the validation rows held out); a straggler does at
@@ -162,9 +133,9 @@ class FedFomo(Algorithm):
         ids = work.clients.cpu().numpy()
         n = rnd.data.train_sizes[ids]
         steps = self.local_steps or self.cfg.local_steps
-        plan = rnd.setup.plan(rnd.t, work.clients, epochs=None if steps else self.cfg.local_epochs, steps=steps,
-                              limits=dict(zip(ids.tolist(), work.plan.num_steps.tolist())),
-                              sizes=n - held_out(n, self.cfg.fomo_val))
+        plan = rnd.plan(work.clients, epochs=None if steps else self.cfg.local_epochs, steps=steps,
+                        limits=dict(zip(ids.tolist(), work.plan.num_steps.tolist())),
+                        sizes=n - held_out(n, self.cfg.fomo_val))
         return rnd.train(work.clients, plan)
 
     def aggregate(self, rnd: Round, senders: torch.Tensor) -> Aggregated:
@@ -173,7 +144,7 @@ class FedFomo(Algorithm):
         for n in rnd.param_names:
             st.models[n][senders] = rnd.local_params[n][senders]
         st.uploaded[senders] = True
-        return Aggregated({}, len(senders) * rnd.setup.param_bytes())
+        return Aggregated({}, len(senders) * rnd.param_bytes())
 
 
 PARAMS = (
@@ -186,5 +157,5 @@ PARAMS = (
 )
 
 SPEC = make_spec("fedfomo", FedFomo, label="FedFomo", params=PARAMS, colour="darkslategray", line_style="-.",
-                 category="personalised aggregation", modifiers=(), builtin=True, communication="(1+M)·Σ",
-                 doc="Zhang, Sapra, Fidler, Yeung & Alvarez, ICLR 2021")
+                 category="personalised aggregation", modifiers=(), builtin=True, fedala_paper=True,
+                 communication="(1+M)·Σ", doc="Zhang, Sapra, Fidler, Yeung & Alvarez, ICLR 2021")

@@ -1,75 +1,14 @@
-"""FedLAMA: layer-wise adaptive model aggregation (Lee, Zhang, He & Avestimehr, "Layer-wise Adaptive Model
-Aggregation for Scalable Federated Learning", ICLR 2022 submission, arXiv 2110.10302; AAAI 2023).
+"""FedLAMA: layer-wise adaptive model aggregation (Lee, Zhang, He & Avestimehr, arXiv 2110.10302): each layer
+l is averaged every τ_l ∈ {τ0, φ·τ0} local steps, the layers whose client copies agree the least often.
 
-FedAvg synchronises every parameter every τ0 local SGD steps. FedLAMA gives each layer l its own
-interval τ_l ∈ {τ0, φ·τ0}: layers whose client copies agree are averaged less often
-(docs/design.md#fedlama).
+    one round = τ0 local SGD steps; at its end the server averages the layers due and measures
+        d_l = Σ_i p_i ‖u_l − x_{i,l}‖² / (τ_l · dim(u_l))           (unit model discrepancy)
+    every φ rounds, layers sorted by d_l ascending: the first get φ·τ0 while δ_l < 1 − λ_l
+        (δ_l: their share of the discrepancy, λ_l: of the parameters); the others keep τ0
 
-    one round = τ0 local SGD steps (``tau0``; ``local_steps`` may be left unset)
-    at the end of round t the server averages the layers due (t mod τ_l/τ0 = 0) and measures
-        d_l = Σ_i p_i ‖u_l − x_{i,l}‖² / (τ_l · dim(u_l))                   (unit model discrepancy)
-    every φ rounds (φ·τ0 steps, when every layer is due) it re-assigns the intervals:
-        sort layers by d_l ascending; for the first l of them
-        δ_l = Σ d·dim / Σ_all d·dim   (their share of the discrepancy)
-        λ_l = Σ dim / Σ_all dim       (their share of the parameters)
-        the first layers get φ·τ0 while δ_l < 1 − λ_l; from the crossing on, layers keep τ0
-    at the start of round t+1 every client overwrites the layers averaged at the end of round t
-
-FedAvg is φ = 1 (every layer every round; tested to float tolerance on both backends). Its hooks on the
-shared loop (:class:`FedLAMA`): ``init_state`` (:class:`LAMAState`: every layer's interval and count),
-``select`` (the window-wise client selection below), ``initialise`` (receive only the layers synchronised
-at the end of the previous round) and ``aggregate`` (average the layers due, measure d_l, count κ_l,
-re-assign intervals). Communication: ``bytes_up`` = selected clients × bytes of
-the layers averaged; ``bytes_down`` = clients initialised × bytes of the layers they receive; the
-paper's cost C = Σ_l dim(u_l)·κ_l is derived from the recorded table (analysis/fedlama.py).
-
-Recorded (``run.tables``, through ``Round.record``):
-
-- ``lama_layers``: one row per (round, layer): ``round``, ``step`` (= round·τ0), ``layer``, ``dim``,
-  ``interval`` (τ_l in steps during that round), ``synced`` (averaged at its end), ``d`` (unit discrepancy
-  measured then, NaN if not synced), ``kappa`` (syncs so far);
-- ``lama_adjust``: one row per (re-assignment, layer in ascending-d order): ``round``, ``rank`` (1…L),
-  ``layer``, ``dim``, ``d``, ``delta`` (δ_rank), ``one_minus_lambda`` (1 − λ_rank), ``long`` (given φ·τ0),
-  ``interval`` (the new τ_l in steps) — the curves of the paper's Fig. 1.
-
-What a "layer" is here: one parameter tensor (a weight or a bias), as the authors' implementation does
-(it walks ``model.trainable_variables``). Finer than blocks, so the rule can relax a large weight matrix
-while keeping its block's small bias (or the output layer) frequent; δ and λ weigh every tensor by its
-size, so tiny tensors barely move the crossing. The teach MLP has 6 such layers, the MNIST CNN 8.
-
-Partial participation (``join_ratio`` < 1, the paper's "active ratio"): as in the authors' code, the active
-clients are drawn once per φ·τ0-step window (when the whole model is synchronised) and keep training
-until the window ends, so a layer averaged every φ rounds is averaged over the clients that trained it.
-The ``select`` piece returns the draw of the window's first round (FedAvg's draw for that
-round; with φ = 1 every round is a window, so selection equals FedAvg's). Inactive clients still receive
-every synchronised layer (they are evaluated each round, as in the FedAvg reference), so an inactive
-client always holds the server's current model.
-
-Departures from the paper and the authors' code (github.com/swblaster/FedLAMA), each a choice:
-
-- weights p_i: train-sample counts of the selected clients (our FedAvg), not the code's uniform 1/m;
-- re-assignment rule: a layer is long while δ_l < 1 − λ_l, the crossing layer itself keeps τ0
-  (docs/design.md#fedlama; the code also gives the crossing layer φ·τ0: ``lama_rule="authors"``); every
-  tensor is eligible (the code only relaxes kernels and always averages biases every τ0); intervals are
-  re-chosen from the first window on (the code waits six rounds before the first re-assignment); d_l
-  carries the 1/dim(u_l) of the paper's text in both the sort and δ (the code's δ numerator is per-dim
-  too, its denominator is not, which mixes scales);
-- local SGD is the engine's plain SGD (the code uses momentum 0.9 and weight decay);
-- evaluation (``lama_eval``): by default ("server") every round evaluates the server's model G on every
-  client's test split, each layer as it was last averaged (:meth:`FedLAMA.personalise`): at a window
-  start that is what every client holds (FedAvg's global model), mid-window it is the model a client
-  joining then would receive. With "clients" the engine evaluates each client's current model, as the
-  authors evaluate a worker's model: mid-window an active client still holds its own copies of the
-  long-interval layers, a partly personalised model that scores far higher on a non-IID client's own
-  test split (teach-fedlama, seed 0: 73.7 % at round 4 against FedAvg's 24 %), so its curve jumps between
-  window starts and mid-window rounds. FedLAMA+ALA always evaluates its clients' models (ALA's
-  personalisation is the point there). ``lama_layers`` tells which rounds start fully synchronised.
-
-FedLAMA + ALA (``fedlama+ala``, not in any paper): ALA needs the whole received model, which exists at
-the start of each window (after a full synchronisation): then ALA runs exactly as in FedALA. Mid-window
-a client receives only the short-interval layers: the lower ones overwrite, those in ALA's top p blocks
-are blended with the client's current weights W (Eq. 4 without learning W). With φ = 1 this is FedALA
-with τ0-step rounds (tested). FedLAMA's state is then the ``inner`` of ALA's.
+φ = 1 is FedAvg. What a layer is, partial participation (a draw per window), evaluation (``lama_eval``), the
+tables it records (``lama_layers``, ``lama_adjust``), FedLAMA+ALA and every departure from the paper and the
+authors' code: docs/methods.md#fedlama; the rule's evidence: docs/design.md#fedlama.
 """
 
 from __future__ import annotations

@@ -1,37 +1,11 @@
-"""FedPHP (Li, Zhan, Shao, Li & Song, "FedPHP: Federated Personalization with Inherited Private Models",
-ECML-PKDD 2021): FedAvg, plus an inherited private model h_i per client — a moving average of the client's
-trained models — that supervises the client's local training.
+"""FedPHP (Li, Zhan, Shao, Li & Song, ECML-PKDD 2021): FedAvg, plus an inherited private model h_i per client —
+a moving average of its trained models — that supervises its local training.
 
-Each selected client i, having received the global model (its local model, initialised as the method does:
-G, or ALA's Θ̂ with ``+ala``), in round t:
+    w_i ← E epochs of SGD on (1 − λ)·CE(w; x, y) + λ·MMD²(φ_w(x), φ_{h_i}(x)), sent for FedAvg's mean
+    h_i ← μ_t·h_i + (1 − μ_t)·w_i,   μ_t = μ·min(t − 1, R)/R   (R = ``fedphp_ramp``)
 
-    w_i ← E epochs of SGD on (1 − λ)·CE(w; x, y) + λ·MMD²(φ_w(x), φ_{h_i}(x)), sent to the server for FedAvg
-    h_i ← μ_t·h_i + (1 − μ_t)·w_i,   μ_t = μ·min(t − 1, R)/R
-
-where φ is the model's representation, the output of the blocks below the top one (``model(x, stop=top)``;
-the body of PFLlib's base/head split), and MMD² the squared maximum mean discrepancy of the batch's two sets
-of features under the kernel k(a, b) = Σ_s exp(−‖a − b‖²/(2s)), s ∈ {10, 15, 20, 50}, averaged over all
-pairs of rows (PFLlib's ``MMD(..., 'rbf')``). h_i only supervises (no gradient reaches it); it starts as the
-initial model and is kept by the client (``FedPHPState``), never sent. μ_t grows linearly over R rounds
-(``fedphp_ramp``), so the private model inherits more of its past as training goes on. The paper's equation
-numbers are not given: we could not check them against its text.
-
-Evaluated: each client's private model h_i (with the client's own buffers, batch-norm statistics) at the
-start of the round. PFLlib trains before it evaluates, and evaluates the trained model w_i (with ρ = 1),
-which is h_i at μ_t = 0: the same model, one round boundary later (tested). With ``+ala``, ALA replaces
-the local model's initialisation only; it reaches h_i through the models trained from there.
-
-As the public reference (PFLlib ``clientphp.py``, ``serverphp.py``): the loss, the MMD and its kernels, the
-moving average after local training (of the selected clients) and its schedule (PFLlib's rounds count from
-0, hence t − 1), whose length R is PFLlib's number of rounds T: set ``fedphp_ramp`` = T for PFLlib's. Here R
-is a hyper-parameter of its own, default 50 (the teach preset's T), so that a run's first rounds never depend
-on how many follow: a shorter run is a prefix of a longer one, which the run store relies on to branch and
-extend runs. Defaults are ours, ``fedphp_mu`` μ = 0.9 and ``fedphp_lambda`` λ = 0.01: PFLlib's shared defaults
-(``mu`` = 0, ``lamda`` = 1) make h_i the trained model and drop the cross-entropy altogether, and we found no
-values of the FedALA paper's to use. Departures: one forward pass gives both the features and the
-output (PFLlib runs the body twice: equal without dropout or batch norm); the pairs of rows are weighted
-like every other local loss (padded rows of the vectorised backend count for nothing). With μ = λ = 0 it
-trains and aggregates as FedAvg, bit for bit (tested).
+Evaluated: each client's private model h_i. The kernel, the defaults and the departures from PFLlib:
+docs/methods.md#fedphp.
 """
 
 from __future__ import annotations
@@ -134,7 +108,7 @@ class FedPHP(Algorithm):
         mu = self.cfg.fedphp_mu * min(rnd.t - 1, ramp) / ramp
         for n, v in h.items():
             v[c] = mu * v[c] + (1 - mu) * out["params"][n]
-        return Trained(out["params"], out["buffers"], aux[..., 0], None, work.plan.sizes > 0)
+        return Trained(out["params"], out["buffers"], aux[..., 0], work.plan.sizes > 0)
 
 
 PARAMS = (
@@ -149,5 +123,5 @@ PARAMS = (
 )
 
 SPEC = make_spec("fedphp", FedPHP, label="FedPHP", params=PARAMS, colour="teal", line_style="-.",
-                 category="personalised aggregation", builtin=True,
+                 category="personalised aggregation", builtin=True, fedala_paper=True,
                  doc="Li, Zhan, Shao, Li & Song, ECML-PKDD 2021")

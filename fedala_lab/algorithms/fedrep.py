@@ -1,22 +1,10 @@
-"""FedRep (Collins, Hassani, Mokhtari & Shakkottai, "Exploiting Shared Representations for Personalized
-Federated Learning", ICML 2021): a shared body (representation), a personal head per client.
+"""FedRep (Collins, Hassani, Mokhtari & Shakkottai, ICML 2021): a shared body φ, a personal head h_i per
+client (the model's top block). Each selected client, from the received body:
 
-The model's top block is the head h_i, everything below it the body φ. Each selected client i, having
-received the global body φ (its head stays its own):
+    h_i ← ``fedrep_head_epochs`` epochs of SGD on the head, φ frozen;  φ_i ← E epochs on the body, h_i frozen
 
-    h_i ← ``fedrep_head_epochs`` epochs of SGD on the head alone, φ frozen              (Algorithm 1, lines 5–7)
-    φ_i ← E epochs of SGD on the body alone, h_i frozen                               (lines 8–10)
-
-and the server averages the bodies φ_i (weighted by train samples, as our FedAvg); only the body travels,
-both ways (bytes counted so). Evaluated: each client's model, the global body with its own head.
-
-As the public reference (PFLlib ``clientrep.py``): the head epochs come first, then the body's, on the same
-train split at the same learning rate. Defaults: one head epoch (PFLlib's ``plocal_epochs`` = 1; the FedRep
-paper uses 10 for its head). Departures: the server's weights are train-sample counts (the paper averages
-uniformly); the head is the model's top block (``fc`` of the CNN and the MLP), as PFLlib's ``model.head``.
-
-With ``+ala``, ALA blends what FedRep sends — the body — into the client's model: ALA's p counts the body's
-top blocks (p = 1: the block under the head), and the head stays the client's own.
+and the server averages the bodies; only the body travels. Defaults, departures and ``+ala``:
+docs/methods.md#fedrep.
 """
 
 from __future__ import annotations
@@ -69,7 +57,7 @@ class FedRep(Algorithm):
             done[rows, :head.losses.shape[1]] = head.done
         losses[:, head.losses.shape[1]:] = body.losses
         done[:, head.losses.shape[1]:] = body.done
-        return Trained(body.params, body.buffers, losses, body.seconds, done)
+        return Trained(body.params, body.buffers, losses, done)
 
     def aggregate(self, rnd: Round, senders: torch.Tensor) -> Aggregated:
         return rnd.weighted_mean(senders, self.body)
@@ -79,5 +67,5 @@ PARAMS = (Param("fedrep_head_epochs", 1, Int(0, 1_000), "FedRep: epochs of the p
                 "body's (PFLlib's plocal_epochs; the FedRep paper uses 10)"),)
 
 SPEC = make_spec("fedrep", FedRep, label="FedRep", params=PARAMS, colour="tab:olive", line_style="-.",
-                 category="fine-tune a global model", communication="2·α_f·Σ", builtin=True,
+                 category="fine-tune a global model", communication="2·α_f·Σ", builtin=True, fedala_paper=True,
                  doc="Collins et al., ICML 2021")

@@ -1,32 +1,10 @@
-"""PartialFed (Sun, Huo, Yang & Bai, "PartialFed: Cross-Domain Personalized Federated Learning via Partial
-Initialization", NeurIPS 2021), its PartialFed-Fix form: FedAvg in which each client initialises only part of
-its model from the global one and the rest from its own model of the round before.
+"""PartialFed (Sun, Huo, Yang & Bai, NeurIPS 2021), its PartialFed-Fix form: FedAvg in which each client
+initialises only part of its model from the global one and the rest from its own model of the round before.
 
-Each client i, in round t, with its old local model L_i and the global model G:
+    θ_i ← G for the layers loaded, L_i for the top ``partialfed_local_blocks`` blocks (and batch norm with
+          ``partialfed_local_bn``);  E epochs of SGD;  G ← Σ_i (n_i / Σn) θ_i over the loaded layers
 
-    θ_i ← G for the layers the strategy loads, L_i for the others           (partial initialisation)
-    θ_i ← E epochs of SGD from there (every layer trains)
-    G   ← Σ_i (n_i / Σn) θ_i over the loaded layers                          (FedAvg's mean)
-
-The strategy is fixed and the same for every client (PartialFed-Fix): the top ``partialfed_local_blocks``
-blocks of the model start from the client's own model, the blocks below load G; with
-``partialfed_local_bn`` batch-norm layers (their weight and bias; running statistics are never sent) stay
-local too. Default: the top block — the classifier — and batch norm stay local: "solely by initializing a
-small fraction of layers locally" improves on FedAvg (the paper's abstract), and in its Fix experiments, as
-summarised secondhand, loading the lower layers beat loading the upper ones, and keeping the classifier and
-batch norm local helped. Evaluated: each client's model as initialised (the FedALA paper evaluates local
-models).
-
-Departures: PartialFed-Adaptive (a loading strategy learned per client) is not implemented: the sources
-available to us describe it only in outline, not as a rule to transcribe. The server averages, and clients
-upload, only the parameters the clients load: the paper's server averages whole models (FedAvg), but under
-a fixed strategy nobody ever reads the average of a layer kept local, so the clients' models are the same
-either way and the bytes counted are what must travel (downloads likewise: the loaded parameters only). Not
-in PFLlib.
-
-With ``+ala``, ALA blends what PartialFed loads (its top p blocks of the loaded ones get learned weights); the
-blocks kept local stay the client's own, as for FedRep's head. Oracles (tested): keeping no block local is
-FedAvg bit for bit, keeping every block local is Local.
+The defaults, why PartialFed-Adaptive is not here, and what travels: docs/methods.md#partialfed.
 """
 
 from __future__ import annotations
@@ -77,5 +55,5 @@ PARAMS = (
 )
 
 SPEC = make_spec("partialfed", PartialFed, label="PartialFed", params=PARAMS, colour="midnightblue", line_style=":",
-                 category="personalised aggregation", builtin=True,
+                 category="personalised aggregation", builtin=True, fedala_paper=True,
                  doc="Sun, Huo, Yang & Bai, NeurIPS 2021 (PartialFed-Fix)")

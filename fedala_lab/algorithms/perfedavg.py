@@ -1,36 +1,10 @@
-"""Per-FedAvg (Fallah, Mokhtari & Ozdaglar, "Personalized Federated Learning with Theoretical Guarantees: A
-Model-Agnostic Meta-Learning Approach", NeurIPS 2020), its first-order variant Per-FedAvg (FO): FedAvg that
-learns a global model which is good *after one local step of SGD* (the MAML objective
-F(w) = 1/n Σ_i f_i(w − α∇f_i(w))).
+"""Per-FedAvg (Fallah, Mokhtari & Ozdaglar, NeurIPS 2020), its first-order variant: FedAvg that learns a global
+model which is good after one local step of SGD. Per pair of batches D, D':
 
-Each selected client, from the model it received (G, or ALA's Θ̂ with ``+ala``), takes local steps on two
-batches D and D' each (Algorithm 1's local update, with the Hessian term dropped: the FO variant):
+    θ' = θ − α ∇f_i(θ; D);   θ ← θ − β ∇f_i(θ'; D')
 
-    θ' = θ − α ∇f_i(θ; D)           a plain SGD step on D, only to find where to take the gradient
-    θ  ← θ − β ∇f_i(θ'; D')         the step itself: the gradient at θ', applied to θ
-
-and the server takes FedAvg's mean of the θ_i (weighted by train samples); the whole model travels both
-ways. Evaluated: each client's model after one step of SGD (lr α) on one batch of its own train split — the
-personalised model the objective is about, as PFLlib (the code the FedALA paper ran) evaluates Per-FedAvg.
-
-Hyper-parameters: α = the run's ``lr``; β = ``perfedavg_beta``, by default the run's ``lr`` too (None), as
-PFLlib (``clientperavg.py`` sets β to the learning rate; its ``-bt`` flag is not read). The Per-FedAvg paper
-has α and β as separate hyper-parameters: set ``perfedavg_beta`` for that.
-
-As the public reference (PFLlib ``clientperavg.py``): the loader's batches of 2B rows are split into D (the
-first B) and D' (the rest), so one Per-FedAvg step consumes two of our batches: we pair each client's
-batches two by two within each pass over its split (a pass with an odd number of batches leaves its last
-one out, as DataLoader(2B, drop_last=True) does). Departures: E epochs per round (PFLlib's server calls
-``train()`` twice per round, 2E); the adaptation before evaluation is one step on one batch of the
-client's *train* split, as PFLlib's ``train_one_step`` since February 2023 (from January 2022 until then,
-when the FedALA paper ran, it took an α step and a β step on two *test* batches) — the first batch of its
-reference order, or a batch of a reshuffled pass of its own stream (``PERFEDAVG_ADAPT``) with ``shuffle``; a
-client with no batch is evaluated unadapted. The loss recorded for a step is f_i(θ; D).
-
-With ``+ala``, ALA blends G into the client's model before local training (its local initialisation, as for
-FedAvg); the evaluated model is the blended one after its adaptation step. Runs on the loop and the
-vectorised backend (``Round.run_steps``), and in worker processes on a CPU with a large model (its step is
-made by ``recipe_step``).
+Evaluated: each client's model after one SGD step (lr α) on one batch of its train split. α, β, the batch
+pairing and the departures from PFLlib: docs/methods.md#perfedavg.
 """
 
 from __future__ import annotations
@@ -71,7 +45,7 @@ def pairs(plan: BatchPlan, per_epoch: np.ndarray) -> BatchPlan:
         k, p, sizes = int(plan.num_steps[i]), int(per_epoch[i]), plan.sizes[i]
         out.append([np.concatenate([rows[i, j, :sizes[j]], rows[i, j + 1, :sizes[j + 1]]])
                     for j in range(k - 1) if j % p % 2 == 0 and (j + 1) % p])
-    return BatchPlan.from_batches(out, plan.rows.device)
+    return BatchPlan.from_batches(out, plan.rows.device, clients=plan.clients)
 
 
 class PerFedAvg(Algorithm):
@@ -111,4 +85,4 @@ PARAMS = (Param("perfedavg_beta", None, Optional(Float(0, 10, lo_open=True)), "P
 
 SPEC = make_spec("perfedavg", PerFedAvg, label="Per-FedAvg", params=PARAMS, colour="maroon",
                  line_style="-.", category="fine-tune a global model", divergence_hint=_hint, builtin=True,
-                 doc="Fallah, Mokhtari & Ozdaglar, NeurIPS 2020 (first-order variant)")
+                 fedala_paper=True, doc="Fallah, Mokhtari & Ozdaglar, NeurIPS 2020 (first-order variant)")

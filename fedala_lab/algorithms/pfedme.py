@@ -1,36 +1,11 @@
-"""pFedMe (T Dinh, Tran & Nguyen, "Personalized Federated Learning with Moreau Envelopes", NeurIPS 2020): each
-client keeps a personal model θ_i, the proximal point of its local model w_i under its loss (the Moreau
-envelope f_i(θ) + (λ/2)‖θ − w‖²), and federates w_i.
+"""pFedMe (T Dinh, Tran & Nguyen, NeurIPS 2020): each client keeps a personal model θ_i, the proximal point of
+its local model w_i under its loss (a Moreau envelope), and federates w_i. Per batch D:
 
-Each selected client, from the model it received (w = G, or ALA's Θ̂ with ``+ala``) and θ = w, per batch D:
+    θ ← θ − plr·(∇f_i(θ; D) + λ(θ − w)),  K times;   w ← w − lr·λ(w − θ)
+    server: G ← (1 − β)·G + β·Σ_i (n_i / Σn) w_i
 
-    θ ← θ − plr·(∇f_i(θ; D) + λ(θ − w)),  K times      approximately minimise h_i(θ; w, D) (Eq. 7; Alg. 1, l. 7)
-    w ← w − lr·λ(w − θ)                                the local update (Algorithm 1, line 8)
-
-θ is carried from batch to batch (a warm start, as PFLlib), w_i is sent, and the server moves G towards the
-mean of the w_i (weighted by train samples, as our FedAvg):
-
-    G ← (1 − β)·G + β·Σ_i (n_i / Σn) w_i               (Algorithm 1, the server's update)
-
-Evaluated: each client's personal model θ_i as its last local training left it (the paper's personalised
-model; the initial model before the client's first training), kept by the client (``PFedMeState``), never
-sent.
-
-Hyper-parameters: λ = ``pfedme_lambda`` = 15 (PFLlib's default in 2021, before the FedALA paper, and FLGo's;
-PFLlib's current ``lamda``, shared by several methods, defaults to 1), K = ``pfedme_k`` = 5 and plr =
-``pfedme_plr`` = 0.01 (PFLlib's defaults), the local lr η = the run's ``lr``, β = ``pfedme_beta`` = 1 (the
-plain mean, FLGo's default; PFLlib's shared ``-bt`` defaults to 0, which would never move G). Each step
-scales w − θ by 1 − lr·λ and θ − w by 1 − plr·λ, so both products must stay below 2 (the teach preset's
-lr·λ = 1.5 overshoots θ at every step, and converges).
-
-As PFLlib (``clientpFedMe.py``, ``pFedMeOptimizer``): the same batch serves the K personal steps; θ starts
-from the model as received each round. Departures: no weight decay on θ (PFLlib's ``pFedMeOptimizer``, like
-the authors', adds μ·θ to the personal gradient, μ = 0.001; Eq. 7 has no such term); θ_i is kept per client
-and evaluated (in PFLlib the personal parameters alias the model's, so after ``set_parameters`` it evaluates
-the received G); the server's mean is weighted by train samples (the paper: uniform over the sampled
-clients). The loss recorded for a batch is f_i(θ; D) at its first personal step. Runs on the loop and the
-vectorised backend (``Round.run_steps``), and in worker processes on a CPU with a large model (its step is
-made by ``recipe_step``).
+Evaluated: each client's personal model θ_i. The defaults (λ, K, plr, β) and the departures from PFLlib:
+docs/methods.md#pfedme.
 """
 
 from __future__ import annotations
@@ -143,5 +118,5 @@ PARAMS = (
 )
 
 SPEC = make_spec("pfedme", PFedMe, label="pFedMe", params=PARAMS, colour="mediumvioletred",
-                 category="extra personal models", divergence_hint=_hint, builtin=True,
+                 category="extra personal models", divergence_hint=_hint, builtin=True, fedala_paper=True,
                  doc="T Dinh, Tran & Nguyen, NeurIPS 2020")

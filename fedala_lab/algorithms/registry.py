@@ -76,6 +76,8 @@ class AlgorithmSpec:
     communication: str = "Σ"
     doc: str = ""
     builtin: bool = False
+    # one of the methods the FedALA paper compares (its Table 2): the figures' tables and the app list them
+    fedala_paper: bool = False
 
 
 @dataclass(frozen=True)
@@ -218,7 +220,8 @@ def make_spec(name: str, build: Callable, *, label: str | None = None, params: S
               modifiers: Sequence[str] = ("ala",), keeps_stragglers: bool = False,
               variants: dict[str, Look] | None = None, check: Callable | None = None,
               divergence_hint: Callable | None = None, tracks_clients: bool = False, horizon_free: bool = True,
-              communication: str = "Σ", doc: str = "", builtin: bool = False) -> AlgorithmSpec:
+              communication: str = "Σ", doc: str = "", builtin: bool = False,
+              fedala_paper: bool = False) -> AlgorithmSpec:
     """An :class:`AlgorithmSpec` from :func:`register_algorithm`'s arguments, not yet registered."""
     # ASCII only: a name with a Cyrillic "е" prints as "fedavg" and would be another algorithm
     if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9_-]+", name):
@@ -229,7 +232,8 @@ def make_spec(name: str, build: Callable, *, label: str | None = None, params: S
                          line_style=line_style, category=category, modifiers=tuple(modifiers),
                          keeps_stragglers=keeps_stragglers, variants=dict(variants or {}), check=check,
                          divergence_hint=divergence_hint, tracks_clients=tracks_clients,
-                         horizon_free=horizon_free, communication=communication, doc=doc, builtin=builtin)
+                         horizon_free=horizon_free, communication=communication, doc=doc, builtin=builtin,
+                         fedala_paper=fedala_paper)
 
 
 def register_algorithm(name: str, build: Callable, **settings) -> AlgorithmSpec:
@@ -350,6 +354,18 @@ def names() -> list[str]:
         return out
 
 
+def alias_for(name: str) -> str:
+    """The alias that names the composed algorithm ``name`` (``fedavg+ala`` → ``fedala``), else ``name``."""
+    with _LOCK:
+        return next((a for a, (target, _) in _ALIASES.items() if target == name), name)
+
+
+def aliases() -> dict[str, str]:
+    """Every alias and the composed name it stands for (``{"fedala": "fedavg+ala"}``)."""
+    with _LOCK:
+        return {a: target for a, (target, _) in _ALIASES.items()}
+
+
 def specs() -> list[AlgorithmSpec]:
     """The registered algorithms (bases), in order of registration."""
     _plugins()
@@ -419,6 +435,8 @@ __all__ = [
     "Look",
     "Modifier",
     "Resolved",
+    "alias_for",
+    "aliases",
     "label",
     "look",
     "make_spec",

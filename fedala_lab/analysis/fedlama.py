@@ -29,6 +29,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from ..algorithms import registry
 from ..algorithms.fedlama import TABLE_ADJUST, TABLE_LAYERS, evaluates_server
 from ..config import RunConfig, algo_label
 from ..record.run import Run
@@ -185,8 +186,7 @@ def comparison_label(run: Run) -> str:
     """FedAvg(5 steps), FedLAMA(τ0=5, φ=2), FedLAMA+ALA(…), FedALA(5 steps)… from the config."""
     cfg = run.config
     spr = steps_per_round(cfg)
-    # fedavg+ala is FedALA itself, so both spellings share a label here
-    name = algo_label("fedala" if cfg.algo == "fedavg+ala" else cfg.algo)
+    name = algo_label(registry.alias_for(cfg.algo))  # fedavg+ala is FedALA itself: both share a label here
     if _is_lama(cfg):
         return f"{name}(τ0={cfg.tau0}, φ={cfg.phi})"
     return f"{name}({spr} steps)" if spr else name

@@ -58,14 +58,16 @@ class BatchPlan:
     """Which data rows each of A clients uses at each of its steps.
 
     ``rows[i, k, :sizes[i, k]]`` are the row indices (into the data tensor the step reads) of client i's
-    k-th batch; ``sizes[i, k] == 0`` means client i has no k-th batch.
+    k-th batch; ``sizes[i, k] == 0`` means client i has no k-th batch. ``clients``: whose batches row i
+    holds (client ids), where the plan was made for known clients (a round's training).
     """
 
     rows: torch.Tensor  # (A, K, B) int64 on the data's device
     sizes: np.ndarray  # (A, K) int64
+    clients: tuple[int, ...] | None = None
 
     @classmethod
-    def from_batches(cls, batches: list[list[np.ndarray]], device) -> BatchPlan:
+    def from_batches(cls, batches: list[list[np.ndarray]], device, *, clients=None) -> BatchPlan:
         a = len(batches)
         k = max((len(b) for b in batches), default=0)
         bmax = max((len(r) for b in batches for r in b), default=1)
@@ -75,13 +77,13 @@ class BatchPlan:
             for j, r in enumerate(bs):
                 rows[i, j, :len(r)] = r
                 sizes[i, j] = len(r)
-        return cls(torch.as_tensor(rows, device=device), sizes)
+        return cls(torch.as_tensor(rows, device=device), sizes, None if clients is None else tuple(clients))
 
     def take(self, clients) -> BatchPlan:
         """The plan of some of its clients (positions in this plan), in that order."""
         idx = np.asarray(clients, dtype=np.int64)
         rows = self.rows.index_select(0, torch.as_tensor(idx, device=self.rows.device))
-        return BatchPlan(rows, self.sizes[idx])
+        return BatchPlan(rows, self.sizes[idx], None if self.clients is None else tuple(self.clients[i] for i in idx))
 
     @property
     def num_clients(self) -> int:
@@ -113,8 +115,8 @@ def nhwc(t: torch.Tensor) -> torch.Tensor:
 
     Not ``t.contiguous(memory_format=torch.channels_last)``: with one channel (MNIST's images, the first
     conv's weights) that returns ``t`` itself, whose strides torch counts as both formats, and a CPU
-    convolution given such a tensor takes a path about 2× slower than given true channels-last strides
-    (measured on the MNIST CNN, benchmarks/results.md). ``Tensor.to`` writes those strides.
+    convolution given such a tensor takes a slower path than given true channels-last strides
+    (docs/design.md#performance). ``Tensor.to`` writes those strides.
     """
     return t.to(memory_format=torch.channels_last) if t.dim() == 4 else t
 
@@ -219,6 +221,19 @@ class VectorisedBackend:
 
     def run(self, step: Step, carry: dict, shared: dict, plan: BatchPlan, x: torch.Tensor, y: torch.Tensor,
             *, train: bool, model: torch.nn.Module, aux_size: int = 1, timings: list | None = None):
+        """The clients' steps in batched calls. ``timings`` gets each client's share of the call's seconds, in
+        proportion to the rows it processed (a batched call has no per-client clock)."""
+        import time
+
+        t0 = time.perf_counter()
+        out, aux = self._run(step, carry, shared, plan, x, y, train=train, model=model, aux_size=aux_size)
+        if timings is not None:  # aux is on the CPU: the device has finished the call
+            rows = plan.sizes.sum(1).astype(np.float64)
+            timings.extend(((time.perf_counter() - t0) * rows / max(rows.sum(), 1.0)).tolist())
+        return out, aux
+
+    def _run(self, step: Step, carry: dict, shared: dict, plan: BatchPlan, x: torch.Tensor, y: torch.Tensor,
+             *, train: bool, model: torch.nn.Module, aux_size: int = 1):
         model.train(train)
         if (self.graphs and getattr(step, "graphable", False) and not _batch_dependent(model)
                 and all(torch.is_tensor(t) for t in tree_flatten((carry, shared))[0])):

@@ -14,8 +14,8 @@ from .backends import BatchPlan
 
 EVAL_CHUNK = 256  # rows per client per evaluation step (memory, not results, depends on it)
 # rows per forward-only step of channels-last convolutions on a CPU (evaluation, ALA's feature pass): the MNIST
-# CNN's first activation is 74 kB a row, so 64 rows stay within a core's 2 MB L2 cache far better than 256:
-# 1.6–1.8× the rows per second at one thread (benchmarks/results.md, 2026-11-27)
+# CNN's first activation is 74 kB a row, so 64 rows stay within a core's 2 MB L2 cache far better than 256
+# (docs/design.md#performance)
 CL_CHUNK = 64
 
 

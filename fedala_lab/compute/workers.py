@@ -1,8 +1,8 @@
 """Local SGD in worker processes: the CPU training backend ``"workers"``.
 
 Why (docs/design.md#performance): on a CPU a step of the MNIST CNN is real arithmetic, torch's own
-threads make each small step wait for the slowest core (a busy neighbour made a round 18× slower), and
-one thread per process degrades only in proportion; so parallelism comes from processes. This backend
+threads make each small step wait for the slowest core (a busy neighbour slows a round many times over),
+and one thread per process degrades only in proportion; so parallelism comes from processes. This backend
 trains a round's clients in N spawned processes (default: the cores this process may use, or
 ``$FEDALA_LAB_WORKERS``: compute/parallel.py), one torch thread each, every client start to finish in one
 process:
@@ -42,9 +42,9 @@ of ``p − lr·g``), so at one thread it equals the loop backend bit for bit (te
 FedAvg-C, FedLAMA, batch norm). Each client is trained by exactly one process in its own order, so the
 number of workers and the order they pick clients in never change a result. ``channels_last=True`` (for
 conv models) runs other convolution kernels, and ``fused_linear=True`` applies the update of each linear
-layer inside the backward pass as one ``addmm_`` (W ← W − lr·δᵀx: 0.72–0.96× the time of a step of the
-MNIST CNN, whose fc1 weight is 2 MB; docs/design.md#performance): both equal to float rounding only, like
-changing torch's threads. ``backend="auto"`` turns both on (engine/simulate.py).
+layer inside the backward pass as one ``addmm_`` (W ← W − lr·δᵀx: the gradient is never written, scaled
+and subtracted, which matters for a large weight such as the MNIST CNN's fc1; docs/design.md#performance):
+both faster on a CPU and equal to float rounding only, like changing torch's threads. ``backend="auto"`` turns both on (engine/simulate.py).
 
 Only training goes to the workers; forward-only calls (evaluation, ALA's feature pass) and steps without a
 recipe (ALA's weight learning) run in this process on the loop backend, whose forward-only calls use a
@@ -173,8 +173,8 @@ class _Trainer:
             idx = torch.from_numpy(rows[k, :s])
             xb, yb = x[idx], y[idx]
             if self.channels_last:
-                # not compute.backends.nhwc: at batch 10 a training step is as fast either way (measured),
-                # and keeping this keeps the trained floats of earlier runs
+                # not compute.backends.nhwc: at batch 10 a training step runs as fast either way
+                # (docs/design.md#performance), and keeping this keeps the trained floats of earlier runs
                 xb = xb.contiguous(memory_format=torch.channels_last)
             self.calls.clear()
             loss = weighted_ce(self.model(xb), yb, xb.new_ones(int(s)))

@@ -18,7 +18,8 @@ import pandas as pd
 import torch
 
 CLIENT_COLS = ["round", "client", "selected", "test_acc", "test_loss", "test_correct", "test_num",
-               "train_loss", "init_loss", "trained_loss", "seconds", "straggler", "local_steps"]
+               "train_loss", "init_loss", "trained_loss", "seconds", "straggler", "local_steps", "bytes_up",
+               "bytes_down"]
 ROUND_COLS = ["round", "acc", "acc_std", "test_loss", "train_loss", "init_loss", "trained_loss", "best_acc",
               "num_selected", "stragglers", "dropped", "bytes_up", "bytes_down", "seconds", "init_seconds",
               "eval_seconds", "train_seconds", "aggregate_seconds"]
@@ -41,8 +42,8 @@ class Recorder:
     # -- per round ---------------------------------------------------------------------------------
 
     def client_rows(self, rows: dict[str, np.ndarray]) -> None:
-        for c in CLIENT_COLS:
-            self.clients[c].extend(np.asarray(rows[c]).tolist())
+        for c, values in self.clients.items():
+            values.extend(np.asarray(rows[c]).tolist())
 
     def round_row(self, row: dict) -> None:
         for c in ROUND_COLS:
@@ -87,19 +88,18 @@ class Recorder:
             for k, v in tensors.items():
                 self.series.setdefault(f"{name}/{c}/{k}", []).append(v[j].detach().to("cpu", torch.float32).clone())
 
-    def snapshot_models(self, t: int, which: str, local_params: dict[str, torch.Tensor]) -> None:
-        if t < self.snapshot_from:
-            return
-        for c in sorted(self.snapshot):
-            flat = torch.cat([v[c].reshape(-1) for v in local_params.values()]).to("cpu", torch.float32)
-            self.snaps.setdefault(f"{which}/{c}", []).append(flat)
+    def snapshot_rows(self, t: int, which: str, flats: dict[int, torch.Tensor]) -> None:
+        """Round ``t``'s models of the snapshot clients ("start": after initialisation, "end": after training),
+        flattened: client → tensor."""
+        for c in sorted(flats):
+            self.snaps.setdefault(f"{which}/{c}", []).append(flats[c])
             if which == "start":
                 self.snap_rounds.setdefault(str(c), []).append(t)
 
     # -- output ------------------------------------------------------------------------------------
 
     def frames(self) -> tuple[pd.DataFrame, pd.DataFrame]:
-        clients = pd.DataFrame(self.clients, columns=CLIENT_COLS)
+        clients = pd.DataFrame(self.clients, columns=list(self.clients))
         rounds = pd.DataFrame(self.rounds, columns=ROUND_COLS)
         for df, ints in ((clients, ["round", "client"]), (rounds, ["round"])):
             for c in ints:
@@ -157,7 +157,10 @@ class Recorder:
         def tracked(df):
             return df["client"].isin(self.tracked) if "client" in df else np.ones(len(df), dtype=bool)
 
-        self.clients = rows(run.clients, CLIENT_COLS)
+        missing = sorted(set(self.clients) - set(run.clients.columns))
+        if missing:
+            raise ValueError(f"the stored run has no client column(s) {missing}")
+        self.clients = rows(run.clients, list(self.clients))
         self.rounds = rows(run.rounds, ROUND_COLS)
         self.tables = {name: rows(df, list(df.columns), tracked) for name, df in run.tables.items() if len(df.columns)}
         self.series, self.series_rounds, self.snaps, self.snap_rounds = {}, {}, {}, {}

@@ -1,4 +1,4 @@
-"""The one round loop every algorithm runs on.
+"""The loop over a run's rounds, on one object that holds every client (the round itself: engine/rounds.py).
 
     run = simulate(RunConfig(algo="fedala", rounds=50))
     run = simulate(cfg, model=my_module, data=my_data)      # your own nn.Module and FederatedData
@@ -31,7 +31,6 @@ from __future__ import annotations
 import copy
 import math
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -39,29 +38,20 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..algorithms.base import (
-    Aggregated,
-    Round,
-    Sent,
-    Setup,
-    Work,
-    resolve_backend,
-    state_from_dict,
-    state_to_dict,
-)
+from ..algorithms.base import Round, Setup, resolve_backend, state_from_dict, state_to_dict
 from ..compute import rng
 from ..compute.backends import make_backend
 from ..compute.device import cpu_threads, environment, resolve_device
 from ..compute.workers import WorkerBackend, WorkerPool, worker_count
 from ..config import DataConfig, RunConfig
 from ..data.federated import FederatedData
-from ..errors import ConfigError, RunCancelled, TrainingDiverged
+from ..errors import ConfigError, RunCancelled
 from ..models import CUSTOM_PREFIX, build_model, fingerprint, num_parameters
 from ..record.run import Run, torch_save
+from . import rounds
 from .recorder import Recorder
-from .stragglers import LocalWork, draw_work
 
-CHECKPOINT_FORMAT = 4  # 4: composed algorithm states (ALA's holds the method's as ``inner``), generic records
+CHECKPOINT_FORMAT = 5  # 5: per-client bytes in the client rows, their seconds only where measured
 
 
 def bind(cfg: RunConfig, data: FederatedData | None = None, model: nn.Module | None = None) -> RunConfig:
@@ -88,21 +78,13 @@ class Simulation:
     (its weights are the initial global model; default: ``cfg.model`` built with the run's seed). Either makes
     the run's config say so (:func:`bind`), so ``sim.cfg`` may differ from ``cfg``.
 
-    ``workers`` concerns the "workers" backend (local training in worker processes on a CPU,
-    compute/workers.py): the number of processes (None: one per core) or a
-    :class:`~fedala_lab.compute.workers.WorkerPool` to share. ``channels_last`` runs the convolutions of
-    local training there, of evaluation and of ALA's feature pass in that memory format (22 % faster per step
-    for the MNIST CNN on a CPU; equal to float rounding only, like changing threads); None (default): on when
-    ``backend="auto"`` picks the workers for a conv model, off otherwise. ``fused_linear``: the workers apply
-    each linear layer's SGD update inside the backward pass (one ``addmm_`` instead of writing the gradient,
-    scaling it and subtracting it: 0.72–0.96× the time of a step of the MNIST CNN, 0.88× the workers'
-    training time in whole FedALA rounds; float rounding only);
-    None (default): on when ``backend="auto"`` picks the workers. The workers start at the first
-    training call and stop when ``run()`` ends, or at :meth:`close`.
-
-    ``graphs`` (experimental): the vectorised backend runs local SGD, evaluation and ALA's steps from static
-    buffers, replayed from CUDA graphs on a GPU (compute/backends.py); on a CPU the same buffers run
-    eagerly and change nothing. Not yet validated on a GPU.
+    ``workers``: the "workers" backend's processes (local training on a CPU, compute/workers.py): how many
+    (None: one per core) or a :class:`~fedala_lab.compute.workers.WorkerPool` to share; they start at the first
+    training call and stop when ``run()`` ends, or at :meth:`close`. ``channels_last`` (convolutions in that
+    memory format) and ``fused_linear`` (the workers' linear layers updated inside the backward pass): faster
+    on a CPU, equal to float rounding only (docs/design.md#performance); None: on when ``backend="auto"``
+    picks the workers. ``graphs`` (experimental): the vectorised backend's steps from static buffers, CUDA
+    graphs on a GPU (compute/backends.py).
     """
 
     def __init__(self, cfg: RunConfig, data: FederatedData | None = None, *, model: nn.Module | None = None,
@@ -242,17 +224,6 @@ class Simulation:
         """Sum of losses, number correct and number of samples per client on its ``split``."""
         return self.round_view(self.round).evaluate(params, buffers, split, clients)
 
-    def local_work(self, t: int, selected: torch.Tensor, *, epochs: int | None = None,
-                   steps: int | None = None) -> tuple[Work, LocalWork]:
-        """Round ``t``'s local training of the selected clients, with the stragglers' work cut short or dropped
-        (engine/stragglers.py; docs/design.md#fedprox), and who straggled."""
-        ids = selected.cpu().numpy()
-        per_epoch = self.setup.batches_per_epoch(self.train_sizes[ids])
-        full = per_epoch * epochs if steps is None else np.where(per_epoch > 0, steps, 0)
-        work = draw_work(self.cfg, t, ids, full, self.num_clients)
-        plan = self.setup.plan(t, selected, epochs=epochs, steps=steps, limits=work.limits)
-        return Work(selected, plan), work
-
     # -- the round loop ----------------------------------------------------------------------------
 
     def run(self, *, progress: bool = True, callback: Callable | None = None,
@@ -277,9 +248,9 @@ class Simulation:
 
         Why one: a training step on these models is small, and with torch's default threads every step
         waits for all of them; when another process keeps a core busy, the thread sharing that core is
-        descheduled and each step waits for it (measured: a 40 s MNIST round took 740 s with 2 threads
-        and one core busy, see benchmarks/results.md). One thread per process degrades in proportion to
-        the load instead; parallelism comes from processes (sweep workers, the app's queue).
+        descheduled and each step waits for it (docs/design.md#performance). One thread per process
+        degrades in proportion to the load instead; parallelism comes from processes (sweep workers, the
+        app's queue).
         """
         if self.cfg.threads is not None:
             return self.cfg.threads
@@ -292,7 +263,6 @@ class Simulation:
         try:
             for t in range(self.round + 1, cfg.rounds + 1):
                 row = self.run_round(t)
-                self.round = t
                 if not math.isnan(row["acc"]):
                     bar.set_postfix(acc=f"{100 * row['acc']:.2f}%", best=f"{100 * row['best_acc']:.2f}%")
                 bar.update(1)
@@ -306,132 +276,10 @@ class Simulation:
             bar.close()
         return self.to_run()
 
-    def _receive(self, clients: torch.Tensor, sent: Sent) -> None:
-        """Write what ``clients`` received into their local models (shared tensors broadcast, rows as given)."""
-        for name, v in sent.params.items():
-            self.local_params[name][clients] = v
-        for name, v in sent.rows.items():
-            self.local_params[name][clients] = v
-
     def run_round(self, t: int) -> dict:
-        cfg, algo, rec = self.cfg, self.algo, self.recorder
-        n = self.num_clients
-        t_start = time.perf_counter()
-        rnd = self.round_view(t)
-        selected = rnd.selected = algo.select(rnd)
-        sel_mask = np.zeros(n, dtype=bool)
-        sel_mask[selected.cpu().numpy()] = True
-
-        # 2. local initialisation
-        tic = time.perf_counter()
-        init_clients = rnd.everyone if algo.initialise_all else selected
-        sent = algo.initialise(rnd, init_clients)
-        self._receive(init_clients, sent)
-        bytes_down = sent.bytes
-        rec.snapshot_models(t, "start", self.local_params)
-        t_init = time.perf_counter() - tic
-
-        # 3. evaluation before local training
-        tic = time.perf_counter()
-        evaluated = (t - 1) % cfg.eval_every == 0 or t == cfg.rounds
-        nan = np.full(n, np.nan)
-        test, init_loss = None, nan
-        if evaluated:
-            models = algo.personalise(rnd) or {"params": self.local_params, "buffers": self.local_buffers}
-            test = rnd.evaluate(models["params"], models["buffers"], "test")
-            if cfg.record_train_loss:
-                tr = rnd.evaluate(self.local_params, self.local_buffers, "train")
-                init_loss = tr["loss_sum"] / np.maximum(tr["num"], 1)
-        t_eval = time.perf_counter() - tic
-
-        # 4. local training of the selected clients
-        tic = time.perf_counter()
-        steps = algo.local_steps or cfg.local_steps  # a round of SGD steps rather than epochs when set
-        job, work = self.local_work(t, selected, epochs=None if steps else cfg.local_epochs, steps=steps)
-        trained = algo.local_train(rnd, job)
-        for k, v in trained.params.items():
-            self.local_params[k][selected] = v
-        for k, v in trained.buffers.items():
-            self.local_buffers[k][selected] = v
-        losses_all = np.asarray(trained.losses, dtype=np.float64)
-        valid = trained.done if trained.done is not None else ~np.isnan(losses_all)
-        losses = np.where(valid, losses_all, 0.0)
-        n_steps = valid.sum(1)
-        local_steps = np.zeros(n, dtype=np.int64)
-        local_steps[sel_mask] = n_steps
-        with np.errstate(all="ignore"):
-            sel_train_loss = np.where(n_steps > 0, losses.sum(1) / np.maximum(n_steps, 1), np.nan)
-        diverged = ~np.isfinite(losses).all(1)
-        train_loss = nan.copy()
-        train_loss[sel_mask] = sel_train_loss
-        seconds = nan.copy()
-        if trained.seconds is not None:
-            seconds[sel_mask] = trained.seconds
-        t_train = time.perf_counter() - tic
-
-        senders = work.senders(selected)  # the selected clients that were not dropped
-        sent_mask = sel_mask & ~work.dropped
-        trained_loss = nan.copy()
-        if evaluated and cfg.record_train_loss and len(senders):
-            tic = time.perf_counter()
-            tr = rnd.evaluate(self.local_params, self.local_buffers, "train", clients=senders)
-            trained_loss[sent_mask] = tr["loss_sum"] / np.maximum(tr["num"], 1)
-            t_eval += time.perf_counter() - tic
-        rec.snapshot_models(t, "end", self.local_params)
-
-        if diverged.any():
-            rec.take(t, rnd.records)
-            self._diverged(t, selected.cpu().numpy()[diverged])
-
-        # 5. server aggregation
-        tic = time.perf_counter()
-        agg = algo.aggregate(rnd, senders) if len(senders) else Aggregated({}, 0)  # nobody sent: G stays
-        self.global_params.update(agg.params)
-        bytes_up = agg.bytes
-        t_agg = time.perf_counter() - tic
-        seconds_round = time.perf_counter() - t_start
-        self.seconds += seconds_round
-        rec.take(t, rnd.records)
-
-        # record
-        if test is not None:
-            with np.errstate(invalid="ignore"):  # a client without test samples has no accuracy (NaN)
-                acc_c = np.where(test["num"] > 0, test["correct"] / np.maximum(test["num"], 1), np.nan)
-            rec.client_rows({
-                "round": np.full(n, t), "client": np.arange(n), "selected": sel_mask,
-                "test_acc": acc_c, "test_loss": test["loss_sum"] / np.maximum(test["num"], 1),
-                "test_correct": test["correct"].astype(np.int64), "test_num": test["num"].astype(np.int64),
-                "train_loss": train_loss, "init_loss": init_loss, "trained_loss": trained_loss, "seconds": seconds,
-                "straggler": work.straggler, "local_steps": local_steps,
-            })
-            acc = float(test["correct"].sum() / max(test["num"].sum(), 1))
-            acc_std = float(np.nanstd(acc_c)) if np.isfinite(acc_c).any() else float("nan")
-            test_loss = float(test["loss_sum"].sum() / max(test["num"].sum(), 1))
-        else:
-            acc = acc_std = test_loss = float("nan")
-        prev_best = [b for b in rec.rounds["best_acc"] if not math.isnan(b)]
-        best = max([acc, *prev_best]) if not math.isnan(acc) else (prev_best[-1] if prev_best else math.nan)
-        w_all, w_sel = self.train_sizes, self.train_sizes[sel_mask] * sent_mask[sel_mask]  # dropped: weight 0
-        row = {
-            "round": t, "acc": acc, "acc_std": acc_std, "test_loss": test_loss,
-            "train_loss": float(np.nansum(sel_train_loss * w_sel) / max(w_sel.sum(), 1)),
-            "init_loss": float(np.sum(init_loss * w_all) / w_all.sum()) if evaluated and cfg.record_train_loss
-            else float("nan"),
-            "trained_loss": float(np.nansum(trained_loss[sel_mask] * w_sel) / max(w_sel.sum(), 1))
-            if evaluated and cfg.record_train_loss else float("nan"),
-            "best_acc": best, "num_selected": int(sel_mask.sum()),
-            "stragglers": int(work.straggler.sum()), "dropped": int(work.dropped.sum()),
-            "bytes_up": int(bytes_up), "bytes_down": int(bytes_down), "seconds": seconds_round,
-            "init_seconds": t_init, "eval_seconds": t_eval, "train_seconds": t_train, "aggregate_seconds": t_agg,
-        }
-        rec.round_row(row)
-        return row
-
-    def _diverged(self, t: int, bad: np.ndarray) -> None:
-        self.round = t - 1
-        run = self.to_run(status="diverged")
-        run.message = msg = divergence_message(self.cfg, t, bad.tolist())
-        raise TrainingDiverged(msg, run)
+        """Round ``t`` (engine/rounds.py) on every client at once; returns the round's row."""
+        start = rounds.begin(self, t)
+        return rounds.finish(self, start, rounds.serve(self, start.rnd, start))
 
     # -- output and checkpoints --------------------------------------------------------------------
 
@@ -505,10 +353,11 @@ class Simulation:
             state = fresh
         glob, local, buffers = ({k: v.to(self.device) for k, v in d[part].items()}
                                 for part in ("global", "local", "buffers"))
+        recorder = self._recorder()
+        recorder.load_prefix(prefix, t, train_loss=self.cfg.record_train_loss)
         self.round, self.seconds = t, float(d["seconds"])
         self.global_params, self.local_params, self.local_buffers, self.state = glob, local, buffers, state
-        self.recorder = self._recorder()
-        self.recorder.load_prefix(prefix, t, train_loss=self.cfg.record_train_loss)
+        self.recorder = recorder
         self.branched_from = {"run": prefix.path.name if prefix.path else prefix.config.slug(), "round": t,
                               "seconds": float(d["seconds"])}
 
@@ -571,18 +420,6 @@ def read_checkpoint(path: str | Path) -> Run | None:
     return Run(config=cfg, clients=clients, rounds=rounds, arrays=rec.arrays(),
                meta={"seconds": float(d["seconds"]), "stopped_round": int(d["round"])}, status="partial",
                tables=rec.table_frames())
-
-
-def divergence_message(cfg: RunConfig, t: int, clients: list[int]) -> str:
-    """Why a run diverged, the most likely cause first: the algorithm's own hint where it has one (FedProx:
-    μ·lr ≥ 1), else the step size."""
-    head = (f"training diverged in round {t}: the loss of client(s) {clients[:5]} became NaN or infinite. ")
-    lr_text = (f"the learning rate lr={cfg.lr:g} is most likely too large for this model and batch size "
-               f"{cfg.batch_size}; try a smaller lr")
-    hint = cfg.algorithm.divergence_hint(cfg)
-    if hint:
-        return head + hint + ". Otherwise " + lr_text
-    return head + lr_text[0].upper() + lr_text[1:]
 
 
 def simulate(cfg: RunConfig, data: FederatedData | None = None, *, model: nn.Module | None = None,

@@ -275,10 +275,27 @@ def comparison_configs(base: RunConfig, *, tau0: int | None = None, phi: int | N
 # ------------------------------------------------------------------------------------------ paper plans
 
 
-# The methods of the FedALA paper's Table 2 (its traditional FL and pFL baselines, then FedALA), with Local, the
-# no-federation reference every personalised method should beat to be worth its communication.
-PAPER_METHODS = ("local", "fedavg", "fedprox", "fedavg-c", "fedprox-c", "perfedavg", "fedrep", "pfedme", "ditto",
-                 "fedamp", "fedphp", "fedfomo", "apple", "partialfed", "fedala")
+def paper_methods() -> dict[str, tuple[str, ...]]:
+    """The methods the FedALA paper compares (its Table 2; specs with ``fedala_paper`` in the registry), by
+    kind, each in the registry's order: ``local`` (no federation, the reference every personalised method should
+    beat to be worth its communication), ``traditional`` (FedAvg, FedProx), ``fine_tuned`` (their ``-c``
+    variants), ``pfl`` (its personalised-FL baselines, by category) and ``fedala`` (the paper's own method)."""
+    from ..algorithms import registry
+
+    specs = [s for s in registry.specs() if s.fedala_paper]
+    traditional = [s for s in specs if s.category == "traditional"]
+    finetune = registry.modifier("finetune")
+    return {
+        "local": tuple(s.name for s in specs if s.category == "baseline"),
+        "traditional": tuple(s.name for s in traditional),
+        "fine_tuned": tuple(s.name + finetune.suffix for s in traditional if finetune.name in s.modifiers),
+        "pfl": tuple(s.name for s in specs if s.category not in ("baseline", "traditional")),
+        "fedala": tuple(a for a, target in registry.aliases().items() if registry.resolve(target).base.fedala_paper),
+    }
+
+
+# The FedALA paper's Table 2 in its order, Local first.
+PAPER_METHODS = tuple(name for kind in paper_methods().values() for name in kind)
 
 
 def with_ala(algos) -> tuple[str, ...]:
@@ -286,12 +303,13 @@ def with_ala(algos) -> tuple[str, ...]:
     FedALA), in order: ``("fedavg", "fedala", "fedprox", "fedprox+ala", …)``."""
     from ..algorithms import registry
 
+    suffix = registry.modifier("ala").suffix
     out = []
     for a in algos:
         alg = registry.resolve(a)
         if alg.uses("ala") or alg.modifiers or "ala" not in alg.base.modifiers:
             continue
-        out += [a, "fedala" if a == "fedavg" else f"{a}+ala"]
+        out += [a, registry.alias_for(a + suffix)]
     return tuple(out)
 
 
@@ -364,32 +382,9 @@ class Plan:
         return SweepSpec(base, grid, name=f"{self.name}-{param}-ablation")
 
 
-# The MNIST plan's round budget on a 2-core CPU (docs/design.md#loss-surface), with the CPU worker backend and
-# forward passes over threads (docs/design.md#performance). Measured from an empty store on one quiet 2-core
-# machine (2026-11-25, `fedala-lab figures --preset mnist`: 3,465 s in all; 4,138 s on a slower host on
-# 2026-11-27, figures/mnist/README.md), seconds a round: FedAvg ≈ 15,
-# FedProx ≈ 16, FedAvg-C ≈ 29 (one more epoch of every client before evaluating), FedALA ≈ 19 (+ ≈ 6 for
-# ALA's start phase in round 2), + ≈ 9 for a round that records the train-split losses (Fig. 5).
-# R = 15 rounds, one seed:
-#
-#   Tables 2/7  Dir(0.1): FedAvg (train losses; keeps round 1), FedALA (train losses; rounds 2–15 branched
-#               from FedAvg's round 1), FedProx, FedAvg-C; pat(2): the same without train losses, FedAvg
-#               with client 4's snapshots and the states K may take                               2,670 s
-#   Fig. 4      pat(2) FedAvg extended to 2R = 30 rounds (rounds 16–30) for K; FedALA(ala_after=K) from
-#               its state at K, and FedAvg through K + 5; the 21² surface over 300 rows               400 s
-#   Table 1     s ∈ {5, 10, 20, 40, 100}, 3 rounds, rounds 2–3 branched from FedAvg's round 1
-#               (s = 80 is the table's FedALA run cut at round 3)                                      191 s
-#   Table 6     p = 2, rounds 2–3 (weight learning through fc1 at every batch: ≈ 83 s of ALA a round)   201 s
-#   Figs. 2, 3, 5, 6–9 and the curves read the runs above                                               ≈ 3 s
-#
-# p = 3 and 4 are left out: their weight learning runs through conv2 (or the whole model) at every batch, so a
-# pass costs about a training epoch and the start phase (≥ 11 passes) 2–4 minutes per run. Disk: a kept state
-# of the MNIST CNN is 20 clients × 582,026 float32 parameters + the global model ≈ 49 MB (p = 2's W adds 42 MB);
-# the preset's run store holds ≈ 1.9 GB (kept states and client 4's snapshots).
+# The MNIST plan's rounds and the pFL comparison's: what a 2-core CPU affords for every figure of the plan
+# (docs/reproduction.md#the-plans-budget).
 MNIST_ROUNDS = 15
-# The pFL comparison on MNIST (plan "mnist-pfl"): 15 methods and 8 more with ALA, one seed, Dir(0.1) only. Sized
-# for 90 minutes of a 2-core CPU: at 5 rounds it took 5,361 s on 2026-11-27 (figures/mnist-pfl/README.md), every
-# method's training in the worker processes; pFedMe (K = 5 gradient steps a batch) is the longest run.
 MNIST_PFL_ROUNDS = 5
 PLAN_NAMES = ("quick", "mnist", "mnist-pfl", "paper")
 PLAN_NAMES_TEXT = "one of " + ", ".join(PLAN_NAMES)
@@ -456,84 +451,97 @@ def build_plan(preset_name: str = "quick", *, rounds: int | None = None, seeds: 
       practical Dir(0.1) and pathological (2 labels per client) partitions; 3 seeds for tables, 2 for
       ablations. Minutes on a 2-core CPU.
     - ``mnist``: the paper's data, model and reference hyper-parameters at the horizon a 2-core CPU affords
-      in an hour (:data:`MNIST_ROUNDS` = 15 rounds, one seed; the budget above): the FedALA repository's
-      MNIST Dir(0.1) partition and MNIST pathological, FedAvgCNN, lr 0.005, batch 10, η 1, s 80, p 1, ρ 1.
-      Runs are shared between figures and branched from one another (docs/design.md#run-store); Fig. 4's K
-      is chosen from the pathological FedAvg run's curve (docs/design.md#loss-surface). Tables and
+      in an hour (:data:`MNIST_ROUNDS` rounds, one seed; docs/reproduction.md#the-plans-budget): the FedALA
+      repository's MNIST Dir(0.1) partition and MNIST pathological, FedAvgCNN, lr 0.005, batch 10, η 1, s 80,
+      p 1, ρ 1. Runs are shared between figures and branched from one another (docs/design.md#run-store);
+      Fig. 4's K is chosen from the pathological FedAvg run's curve (docs/design.md#loss-surface). Tables and
       findings are labelled as shortened.
     - ``mnist-pfl``: the FedALA paper's whole comparison on the same MNIST Dir(0.1) partition and settings:
       Tables 2 (its practical column), 3 and 4 with every pFL baseline, at :data:`MNIST_PFL_ROUNDS` rounds and
-      one seed (the budget below), labelled as shortened.
+      one seed, labelled as shortened.
     - ``paper``: the FedALA repository's own MNIST Dir(0.1) partition (``preset("mnist-dir0.1")``, 2,000
       rounds, 5 seeds) with the 4-layer CNN, and torchvision MNIST pathological (``preset("mnist-pat")``)
       when its files are present; Fig. 4 as in the paper (K = 155, rounds 140–200, client 4). For a GPU.
     """
-    if preset_name == "quick":
-        practical = preset("teach")
-        pathological = preset("teach", partition="pathological", classes_per_client=2)
-        plan = Plan(
-            name="quick", base_name="teach", practical=practical, pathological=pathological,
-            seeds=(0, 1, 2), ablation_seeds=(0, 1), p_values=(1, 2, 3),
-            # p = 2 shows two layers of W (the MLP's fc2 and output); client 8 as in the paper's Fig. 3
-            fig2={"client": 8, "p": 2, "rounds": (2, None)},
-            fig3_client=8,
-            # as notebook 5: ALA switched on after round 40, once FedAvg has levelled off; client 7 holds
-            # ≈ 300 training images (client 4, the paper's, only 45 on this data); rounds 35–50 shown
-            fig4={"setting": "pathological", "K": 40, "window": (35, 50), "client": 7, "grid": 31,
-                  "num_samples": 256},
-            fig5_rounds=200,
-            notes=[("the figures before 2026-11-24 were drawn on 8×8 digits (preset teach-digits); there FedALA's "
-                    "trained-loss curve in Fig. 5 jumped ×10 in rounds ≈ 105–165 because of one client (16: 31 "
-                    "samples, 23 of them 9s) whose three SGD steps a round sometimes collapsed onto 9; "
-                    "docs/design.md#federated-loop has the evidence")],
-        )
-    elif preset_name == "paper":
-        practical = preset("mnist-dir0.1")
-        pathological = preset("mnist-pat")
-        notes = []
-        if pathological.data.dataset != "mnist":
-            notes.append(_POOLED_NOTE.format(dataset_label(pathological.data.dataset)))
-        plan = Plan(
-            name="paper", base_name="mnist-dir0.1", practical=practical, pathological=pathological,
-            seeds=(0, 1, 2, 3, 4), ablation_seeds=(0, 1, 2), p_values=(1, 2, 3, 4),
-            fig2={"client": 8, "p": 2, "rounds": (2, None)}, fig3_client=8,
-            # the paper's protocol (pathological: torchvision MNIST, else the Dir(0.1) partition's images pooled)
-            fig4={"setting": "pathological", "K": 155, "window": (140, 200), "client": 4, "grid": 21,
-                  "num_samples": 300},
-            fig5_rounds=2000, fedlama=("full", {}), notes=notes,
-        )
-    elif preset_name == "mnist":
-        R = MNIST_ROUNDS
-        # checkpoints every 2 rounds: a killed call loses at most one round (≈ 15 s) of the run it was in
-        practical = preset("mnist-dir0.1", rounds=R, checkpoint_every=2)
-        pathological = preset("mnist-pat", rounds=R, checkpoint_every=2)
-        notes = [(f"shortened horizon: {R} rounds per run where the paper runs 2,000, one seed where it runs 5; "
-                  "accuracies are far from converged and not comparable to the paper's numbers")]
-        if pathological.data.dataset != "mnist":
-            notes.append(_POOLED_NOTE.format(dataset_label(pathological.data.dataset)))
-        plan = Plan(
-            name="mnist", base_name="mnist-dir0.1", practical=practical, pathological=pathological,
-            seeds=(0,), ablation_seeds=(0,), p_values=(1, 2),
-            # p = 1: W of the head, the table's FedALA run; client 8 holds one 0 and 3,599 ones
-            fig2={"client": 8, "p": 1, "rounds": (2, None)}, fig3_client=8,
-            fig4=_mnist_fig4(R), fig5_rounds=R, notes=notes, ablation_rounds=3, shortened=True,
-            # the hour's budget holds these four methods; the pFL baselines have their own plan (mnist-pfl)
-            table_algos=("fedavg", "fedprox", "fedavg-c", "fedala"),
-            figures=("table2", "table3", "fig2", "fig3", "fig4", "fig5", "table1", "table6", "data", "curves"),
-        )
-    elif preset_name == "mnist-pfl":
-        R = MNIST_PFL_ROUNDS
-        practical = preset("mnist-dir0.1", rounds=R, checkpoint_every=2)
-        plan = Plan(
-            name="mnist-pfl", base_name="mnist-dir0.1", practical=practical, pathological=practical,
-            seeds=(0,), ablation_seeds=(0,), settings=("practical",), shortened=True,
-            notes=[(f"shortened horizon: {R} rounds per run where the paper runs 2,000, one seed where it runs 5; "
-                    "accuracies are far from converged and not comparable to the paper's numbers")],
-            figures=("table2", "table3", "applicability"),
-        )
-    else:
+    if preset_name not in _PLANS:
         raise ConfigError("preset", preset_name, PLAN_NAMES_TEXT)
+    plan = _PLANS[preset_name]()
+    _scale(plan, rounds=rounds, seeds=seeds, fig4=fig4, device=device)
+    return plan
 
+
+def _shortened(R: int) -> str:
+    return (f"shortened horizon: {R} rounds per run where the paper runs 2,000, one seed where it runs 5; "
+            "accuracies are far from converged and not comparable to the paper's numbers")
+
+
+def _pooled_notes(pathological: RunConfig) -> list[str]:
+    """The note that the pathological setting pools the Dir(0.1) partition's images, where it does."""
+    ds = pathological.data.dataset
+    return [] if ds == "mnist" else [_POOLED_NOTE.format(dataset_label(ds))]
+
+
+def _quick_plan() -> Plan:
+    return Plan(
+        name="quick", base_name="teach", practical=preset("teach"),
+        pathological=preset("teach", partition="pathological", classes_per_client=2),
+        seeds=(0, 1, 2), ablation_seeds=(0, 1), p_values=(1, 2, 3),
+        # p = 2 shows two layers of W (the MLP's fc2 and output); client 8 as in the paper's Fig. 3
+        fig2={"client": 8, "p": 2, "rounds": (2, None)},
+        fig3_client=8,
+        # as notebook 5: ALA switched on after round 40, once FedAvg has levelled off; client 7 holds
+        # ≈ 300 training images (client 4, the paper's, only 45 on this data); rounds 35–50 shown
+        fig4={"setting": "pathological", "K": 40, "window": (35, 50), "client": 7, "grid": 31,
+              "num_samples": 256},
+        fig5_rounds=200,
+    )
+
+
+def _paper_plan() -> Plan:
+    pathological = preset("mnist-pat")
+    return Plan(
+        name="paper", base_name="mnist-dir0.1", practical=preset("mnist-dir0.1"), pathological=pathological,
+        seeds=(0, 1, 2, 3, 4), ablation_seeds=(0, 1, 2), p_values=(1, 2, 3, 4),
+        fig2={"client": 8, "p": 2, "rounds": (2, None)}, fig3_client=8,
+        # the paper's protocol (pathological: torchvision MNIST, else the Dir(0.1) partition's images pooled)
+        fig4={"setting": "pathological", "K": 155, "window": (140, 200), "client": 4, "grid": 21,
+              "num_samples": 300},
+        fig5_rounds=2000, fedlama=("full", {}), notes=_pooled_notes(pathological),
+    )
+
+
+def _mnist_plan() -> Plan:
+    R = MNIST_ROUNDS
+    # checkpoints every 2 rounds: a killed call loses at most one round (≈ 15 s) of the run it was in
+    pathological = preset("mnist-pat", rounds=R, checkpoint_every=2)
+    return Plan(
+        name="mnist", base_name="mnist-dir0.1", practical=preset("mnist-dir0.1", rounds=R, checkpoint_every=2),
+        pathological=pathological, seeds=(0,), ablation_seeds=(0,), p_values=(1, 2),
+        # p = 1: W of the head, the table's FedALA run; client 8 holds one 0 and 3,599 ones
+        fig2={"client": 8, "p": 1, "rounds": (2, None)}, fig3_client=8,
+        fig4=_mnist_fig4(R), fig5_rounds=R, notes=[_shortened(R), *_pooled_notes(pathological)],
+        ablation_rounds=3, shortened=True,
+        # the hour's budget holds these four methods; the pFL baselines have their own plan (mnist-pfl)
+        table_algos=("fedavg", "fedprox", "fedavg-c", "fedala"),
+        figures=("table2", "table3", "fig2", "fig3", "fig4", "fig5", "table1", "table6", "data", "curves"),
+    )
+
+
+def _mnist_pfl_plan() -> Plan:
+    R = MNIST_PFL_ROUNDS
+    practical = preset("mnist-dir0.1", rounds=R, checkpoint_every=2)
+    return Plan(
+        name="mnist-pfl", base_name="mnist-dir0.1", practical=practical, pathological=practical,
+        seeds=(0,), ablation_seeds=(0,), settings=("practical",), shortened=True, notes=[_shortened(R)],
+        figures=("table2", "table3", "applicability"),
+    )
+
+
+_PLANS = {"quick": _quick_plan, "mnist": _mnist_plan, "mnist-pfl": _mnist_pfl_plan, "paper": _paper_plan}
+
+
+def _scale(plan: Plan, *, rounds: int | None, seeds: int | None, fig4, device: str | None) -> None:
+    """:func:`build_plan`'s overrides, applied to ``plan`` in place."""
     changes = {}
     if rounds is not None:
         if not isinstance(rounds, int) or rounds < 2:
@@ -563,14 +571,12 @@ def build_plan(preset_name: str = "quick", *, rounds: int | None = None, seeds: 
         plan.fig4 = {**plan.fig4, "K": K, "window": (first, last)}
     if plan.name == "mnist":
         R = plan.practical.rounds
-        plan.notes[0] = (f"shortened horizon: {R} rounds per run where the paper runs 2,000, one seed where it runs "
-                         "5; accuracies are far from converged and not comparable to the paper's numbers")
+        plan.notes[0] = _shortened(R)
         plan.ablation_rounds = min(plan.ablation_rounds, R)
         if rounds is not None or fig4 is not None:
             f = plan.fig4
-            plan.fig4 = _mnist_fig4(plan.practical.rounds, *((f["K"], f["window"]) if fig4 is not None else ()))
+            plan.fig4 = _mnist_fig4(R, *((f["K"], f["window"]) if fig4 is not None else ()))
         plan.recording = _mnist_recording(plan)
-    return plan
 
 
 # ---------------------------------------------------------------------------- named reproduction sweeps

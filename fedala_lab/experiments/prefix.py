@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import RunConfig
+from ..engine.rounds import evaluated
 from ..errors import DataError
 
 
@@ -67,11 +68,6 @@ def prefix_key(cfg: RunConfig, t: int) -> str:
     d = c.canonical()
     d.pop("rounds")
     return json.dumps(d, sort_keys=True, separators=(",", ":"))
-
-
-def evaluated(cfg: RunConfig, t: int) -> bool:
-    """Whether round ``t`` of ``cfg``'s run is evaluated (every ``eval_every`` rounds from 1, and the last)."""
-    return (t - 1) % cfg.eval_every == 0 or t == cfg.rounds
 
 
 def refusal(stored: RunConfig, t: int, cfg: RunConfig) -> str:

@@ -9,10 +9,10 @@ or, as a Flower app, ``flwr run fedala_lab/flower/app`` (its pyproject.toml name
 ``client_app`` of :mod:`fedala_lab.flower.apps`); the same app runs on a deployment (a SuperLink and one
 SuperNode per client, ``--node-config "partition-id=<c>"``).
 
-The round is the engine's, cut between the server and the clients (:mod:`fedala_lab.flower.split`): the
-client side runs the algorithm's ``initialise`` (ALA), evaluation and ``local_train`` on its own partition
-of the run's FederatedData, the server side ``select`` and ``aggregate`` — the same algorithm objects the
-engine builds. :func:`run_split` runs both halves in one process without Flower.
+The round is the engine's, cut between the server and the clients (fedala_lab/engine/sides.py): the client
+side runs the algorithm's ``initialise`` (ALA), evaluation and ``local_train`` on its own partition of the
+run's FederatedData, the server side ``select`` and ``aggregate`` — the same round code and algorithm objects
+as the engine's. This package only carries them: :func:`run_split` in one process, the apps over Flower.
 
 Flower is imported only for :func:`run_flower`, ``client_app``, ``server_app`` and ``FlowerServer``.
 """

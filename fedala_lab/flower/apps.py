@@ -48,12 +48,13 @@ from flwr.serverapp import Grid, ServerApp
 
 from ..config import RunConfig, parse_value, setting_names, with_settings_file
 from ..data.federated import FederatedData
+from ..engine.rounds import METRICS
+from ..engine.sides import ClientSide, Order, Reply, ServerSide, from_bytes, to_bytes
 from ..errors import ConfigError, FedalaError
 from ..experiments.presets import preset
 from ..models import CUSTOM_PREFIX
 from ..record.run import Run
 from ..record.store import RunStore
-from .split import METRICS, ClientSide, Order, Reply, ServerSide, from_bytes, to_bytes
 
 ORDER, GLOBAL = "fedala.order", "fedala.global"  # server → client
 OUT_METRICS, UPLOAD, EXTRA = "fedala.metrics", "fedala.upload", "fedala.extra"  # client → server
@@ -131,10 +132,11 @@ def _query(msg: Message, context: Context) -> Message:
     order = msg.content[ORDER]
     side = _client_side(order["run"], order["payload"])
     c = _partition(context)
-    if not 0 <= c < side.n:
-        raise FedalaError(f"partition-id {c} does not exist: the run's data has {side.n} clients (0 … {side.n - 1})")
-    return Message(RecordDict({EXTRA: ConfigRecord({"client": c, "train_size": int(side.sim.train_sizes[c]),
-                                                    "backend": side.sim.backend.name})}), reply_to=msg)
+    n = side.num_clients
+    if not 0 <= c < n:
+        raise FedalaError(f"partition-id {c} does not exist: the run's data has {n} clients (0 … {n - 1})")
+    return Message(RecordDict({EXTRA: ConfigRecord({"client": c, "train_size": side.train_size(c),
+                                                    "backend": side.backend_name})}), reply_to=msg)
 
 
 @client_app.train()
@@ -210,7 +212,7 @@ class FlowerServer:
     def _nodes(self, grid: Grid) -> dict[int, int]:
         """partition (client id) → node id, from a handshake with every SuperNode; the federation must have
         one SuperNode per client of the run's data. Waits for them up to ``timeout`` (default 120 s)."""
-        n = self.side.n
+        n = self.side.num_clients
         deadline = time.monotonic() + (self.timeout or JOIN_SECONDS)
         ids, said = list(grid.get_node_ids()), -1
         while len(ids) < n and time.monotonic() < deadline:
@@ -234,9 +236,9 @@ class FlowerServer:
             c = int(extra["client"])
             if c in found:
                 raise FedalaError(f"two SuperNodes serve partition {c}: each client needs its own")
-            if int(extra["train_size"]) != int(self.side.sim.train_sizes[c]):
+            if int(extra["train_size"]) != self.side.train_size(c):
                 raise FedalaError(f"the SuperNode of client {c} holds {extra['train_size']} train samples, the "
-                                  f"server's data {int(self.side.sim.train_sizes[c])}: they load other data")
+                                  f"server's data {self.side.train_size(c)}: they load other data")
             found[c] = r.metadata.src_node_id
             self.side.client_backend = str(extra["backend"])
         if sorted(found) != list(range(n)):
@@ -272,7 +274,7 @@ def simulate_flower(cfgs: Sequence[RunConfig], data: FederatedData | None = None
                     verbose: bool = False) -> list[FlowerServer]:
     """Run the configs one after another on one simulated federation (one Ray start; they must have the same
     number of clients), returning their :class:`FlowerServer` objects: each one's Run (``.run``) and server
-    state (``.side.sim.global_params``: the final global model). The first run that fails raises."""
+    state (``.side.global_params``: the final global model). The first run that fails raises."""
     from flwr.simulation import run_simulation
 
     server_app = ServerApp()
@@ -284,9 +286,9 @@ def simulate_flower(cfgs: Sequence[RunConfig], data: FederatedData | None = None
             payload = str(Path(tmp) / "handed.pt")
             torch.save({"data": custom_data, "model": model}, payload)
         servers = [FlowerServer(cfg, data, model, payload=payload, progress=progress) for cfg in cfgs]
-        if len({s.side.n for s in servers}) > 1:
-            raise ConfigError("num_clients", [s.side.n for s in servers], "the same number of clients in every run "
-                              "of one simulated federation")
+        if len({s.side.num_clients for s in servers}) > 1:
+            raise ConfigError("num_clients", [s.side.num_clients for s in servers], "the same number of clients "
+                              "in every run of one simulated federation")
 
         def main(grid: Grid, context: Context) -> None:
             for s in servers:
@@ -295,7 +297,7 @@ def simulate_flower(cfgs: Sequence[RunConfig], data: FederatedData | None = None
                     return
 
         server_app.main()(main)
-        n = servers[0].side.n
+        n = servers[0].side.num_clients
         # default: a client process per core, but no more than there are clients (each holds the run's data)
         config = backend_config if backend_config is not None else {
             "client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": min(os.cpu_count() or 1, n)}}

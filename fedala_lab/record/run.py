@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..algorithms.ala import ALA_COLUMNS
 from ..config import RunConfig
 
 FORMAT_VERSION = 2  # 2: every algorithm table as table_<name>.csv (ALA's passes were ala.csv)
-_ALA_COLUMNS = ["round", "client", "epoch", "loss", "loss_mean", "start_phase", "capped"]
 # pandas < 3 needs asking for exact float parsing; pandas 3 does it by default (and deprecates the flag)
 _ROUND_TRIP = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
 
@@ -44,9 +44,11 @@ class Run:
     ``clients`` — one row per (evaluated round, client): ``round``, ``client``, ``selected``, ``test_acc``,
     ``test_loss``, ``test_correct``, ``test_num`` (its model before local training, or the model its
     algorithm evaluates: a personal model, a fine-tuned copy), ``train_loss`` (mean loss of its local steps),
-    ``init_loss`` / ``trained_loss`` (as above, per client), ``seconds`` (its local training, loop and worker
-    backends), ``straggler`` (drawn as one this round), ``local_steps`` (SGD steps it did: its full work, a
-    straggler's part, 0 when dropped or not selected).
+    ``init_loss`` / ``trained_loss`` (as above, per client), ``seconds`` (its local training; on the
+    vectorised backend its share of the batched calls, by the rows it processed; 0 when it did not train),
+    ``straggler`` (drawn as one this round), ``local_steps`` (SGD steps it did: its full work, a straggler's
+    part, 0 when dropped or not selected), ``bytes_up`` / ``bytes_down`` (what it sent and received; the
+    round's are their sums).
 
     ``tables`` — each algorithm's own tidy tables by name (saved as ``table_<name>.csv``): ``ala`` (ALA's
     weight-learning passes of the tracked clients, Fig. 3: ``round``, ``client``, ``epoch``, ``loss`` — the
@@ -76,7 +78,7 @@ class Run:
     @property
     def ala(self) -> pd.DataFrame:
         """ALA's weight-learning passes of the tracked clients (``tables["ala"]``; empty for a run without ALA)."""
-        return self.tables.get("ala", pd.DataFrame(columns=_ALA_COLUMNS))
+        return self.tables.get("ala", pd.DataFrame(columns=ALA_COLUMNS))
 
     # -- headline numbers -------------------------------------------------------------------------
 

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 
 import gradio as gr
 
+from ..algorithms import registry
 from ..config import algo_label
-from ..experiments.plans import with_ala
+from ..experiments.plans import paper_methods, with_ala
 from ..experiments.presets import preset
 from .widgets import Dropdown, Number, Radio, Slider, follow, whole_slider
 
@@ -48,10 +49,12 @@ def p_max(model: str) -> int:
 # Algorithms offered on the Train & compare tab: (label, config name). First FedALA and its baselines
 # (Local is the no-federation one), then the FedALA paper's personalised-FL baselines (its Table 2), then
 # those of them ALA applies to, with ALA (its Table 4: ALA replaces their local initialisation).
-PFL_BASELINES = ("perfedavg", "fedrep", "pfedme", "ditto", "fedamp", "fedphp", "fedfomo", "apple", "partialfed")
+_PAPER, _ALA = paper_methods(), registry.modifier("ala").suffix
+PFL_BASELINES = _PAPER["pfl"]
 TRAIN_ALGOS = [
     (algo_label(a), a)
-    for a in ("fedavg", "fedprox", "fedala", "fedavg+ala", "fedprox+ala", "fedavg-c", "fedprox-c", "local",
+    for a in (*_PAPER["traditional"], *_PAPER["fedala"], *(a + _ALA for a in _PAPER["traditional"]),
+              *_PAPER["fine_tuned"], *_PAPER["local"],
               *PFL_BASELINES, *(a for a in with_ala(PFL_BASELINES) if a not in PFL_BASELINES))
 ]
 TRAIN_ALGOS_INFO = ("Per-FedAvg … PartialFed: the FedALA paper's personalised-FL baselines, each on its own "

@@ -1,0 +1,499 @@
+"""The round cut where a federation cuts it: a server side and a client side, for any transport (Flower:
+fedala_lab/flower; both in one process: ``flower.run_split``). docs/design.md#one-round-two-transports.
+
+    server  (ServerSide)                                   client c  (ClientSide)
+    orders(t): rounds.begin — select, stragglers ── G, an Order ──▶ serve: rounds.serve on client c alone
+    finish(t, replies): rounds.finish — aggregate, ◀── a Reply ─────  its numbers, its upload (the method's
+      divergence, the run's records and rows                            downloads()), what its hooks recorded
+
+Each side holds a :class:`~fedala_lab.engine.simulate.Simulation` of the run's config, so a hook sees a
+:class:`~fedala_lab.algorithms.base.Round` with the engine's shapes (``local_params[n]`` is (N, …)) — but a
+side holds only what it would hold in a federation. A client holds its own rows (its model, buffers and
+its rows of the algorithm's state), loaded from the bytes it kept before each order and saved after it; its
+round's "every client" is itself (:class:`ClientRound`). The server holds G and the algorithm's server-side
+state, and while it aggregates the senders' uploads in their rows. Every other row on either side is NaN, so a
+method that reads a model it would not hold fails loudly (:class:`~fedala_lab.errors.SplitError`).
+
+A transport uses only this (docs/design.md#one-round-two-transports): ``ServerSide`` — ``cfg``,
+``num_clients``, ``train_size(c)``, ``global_params``, ``downloads()``, ``orders(t)``, ``finish(t, replies)``,
+``to_run()``, ``client_backend``; ``ClientSide`` — ``num_clients``, ``train_size(c)``, ``backend_name``,
+``serve(order, glob, saved)``; the values :class:`Order` and :class:`Reply`; :func:`to_bytes` /
+:func:`from_bytes`. (``sim``, each side's engine state, is for tests that compare it with the engine's.)
+
+Which methods run so (:func:`split_refusal`): those whose client hooks need only G and the client's own model,
+state and data, and whose ``aggregate`` needs only the senders' uploads and the server's own state; a method
+whose server and client hooks share a state is refused, unless its class declares ``flower_split``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import math
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..algorithms.base import Algorithm, Round, Wrapper, state_to_dict
+from ..compute.device import cpu_threads
+from ..config import RunConfig
+from ..data.federated import FederatedData
+from ..errors import ConfigError, FedalaError
+from ..record.run import Run
+from . import rounds
+from .simulate import Simulation
+from .stragglers import LocalWork
+
+SERVER_HOOKS = ("select", "aggregate")
+CLIENT_HOOKS = ("initialise", "personalise", "local_train")
+
+
+# ------------------------------------------------------------------------------------ which methods
+
+
+def split_refusal(algo: Algorithm, state, label: str) -> str:
+    """Why the built algorithm ``algo`` (state ``state``, named ``label``) cannot run with clients and server
+    apart, or "" when it can. Walks its wrappers (``+ala``, ``-c``) and the method inside: a piece that keeps
+    a state of its own and overrides both a server hook and a client hook is refused, unless its class
+    declares ``flower_split`` (True: it runs; a string: it is refused with that reason)."""
+    a, st = algo, state
+    while a is not None:
+        declared, name = type(a).flower_split, type(a).__name__
+        if isinstance(declared, str):
+            return f"{label} cannot run with clients and server apart: {declared}"
+        base = Wrapper if isinstance(a, Wrapper) else Algorithm
+        over = [h for h in (*SERVER_HOOKS, *CLIENT_HOOKS) if getattr(type(a), h) is not getattr(base, h)]
+        server, client = [h for h in over if h in SERVER_HOOKS], [h for h in over if h in CLIENT_HOOKS]
+        own_state = a.has_own_state if isinstance(a, Wrapper) else st is not None
+        if declared is not True and own_state and server and client:
+            return (f"{label} cannot run with clients and server apart: {name}'s server hooks ({', '.join(server)}) "
+                    f"and client hooks ({', '.join(client)}) share its state, and on Flower the server and each "
+                    "client hold their own copy")
+        if isinstance(a, Wrapper):
+            a, st = a.inner, a.inner_state(st)
+        else:
+            a = None
+    return ""
+
+
+def split_methods(setup) -> list[str]:
+    """The registered methods (bases, as built on ``setup``) that run with clients and server apart."""
+    from ..algorithms import registry
+
+    out = []
+    with warnings.catch_warnings():  # built only to be asked: their advice on the config is not wanted here
+        warnings.simplefilter("ignore")
+        for spec in registry.specs():
+            try:
+                algo = spec.build(setup)
+                if not split_refusal(algo, algo.init_state(setup), spec.label):
+                    out.append(spec.label)
+            except (FedalaError, ValueError, TypeError):  # a method this model or data cannot run at all
+                continue
+    return out
+
+
+def check_split(cfg: RunConfig, algo: Algorithm, state) -> None:
+    """Raise a :class:`ConfigError` naming the method and why, if it cannot run with clients and server apart."""
+    why = split_refusal(algo, state, cfg.algorithm.label)
+    if why:
+        able = ", ".join(split_methods(algo.setup))
+        raise ConfigError("algo", cfg.algo, f"a method whose clients and server can run apart ({able}, with the "
+                          "modifiers they take, and methods built like them)", why)
+
+
+def client_backend(cfg: RunConfig) -> str:
+    """The backend a client trains on: one client per call leaves nothing to vectorise over and no room for
+    worker processes, so "auto" and "workers" run the loop; only an explicit "vectorised" is kept."""
+    return "vectorised" if cfg.backend == "vectorised" else "loop"
+
+
+# ---------------------------------------------------------------------------- what travels, as values
+
+
+@dataclass
+class Order:
+    """What the server asks of client ``client`` in round ``t``: initialise from G, evaluate before local
+    training, train (``limit``: a straggler's steps, None: its full work; ``dropped``: a straggler the
+    server drops, which trains nothing and sends nothing), send its model for the Fig. 4 snapshots.
+    ``selected`` is the round's selection (a hook may read ``rnd.selected``)."""
+
+    t: int
+    client: int
+    selected: list[int]
+    init: bool
+    evaluate: bool
+    train: bool
+    limit: int | None = None
+    dropped: bool = False
+    snapshot: bool = False
+
+    def config(self) -> dict:
+        """As flat scalars (a Flower ConfigRecord): ``limit`` None is −1."""
+        d = dataclasses.asdict(self)
+        d["limit"] = -1 if self.limit is None else self.limit
+        return d
+
+    @classmethod
+    def from_config(cls, d) -> Order:
+        limit = int(d["limit"])
+        return cls(t=int(d["t"]), client=int(d["client"]), selected=[int(c) for c in d["selected"]],
+                   init=bool(d["init"]), evaluate=bool(d["evaluate"]), train=bool(d["train"]),
+                   limit=None if limit < 0 else limit, dropped=bool(d["dropped"]), snapshot=bool(d["snapshot"]))
+
+
+@dataclass
+class Reply:
+    """What client ``client`` sends back: ``metrics`` (:data:`~fedala_lab.engine.rounds.METRICS`), its
+    ``upload`` (the parameters the method aggregates, None when it sends nothing), ``snapshots`` ({"start"/
+    "end": its flattened model}), ``records`` (what its hooks recorded, as plain values) and ``meta`` (the list
+    entries of the algorithm's ``meta`` on its state, e.g. ALA's capped clients)."""
+
+    client: int
+    metrics: dict[str, float]
+    upload: dict[str, torch.Tensor] | None = None
+    snapshots: dict[str, torch.Tensor] = field(default_factory=dict)
+    records: list = field(default_factory=list)
+    meta: dict[str, list] = field(default_factory=dict)
+
+
+def to_bytes(obj) -> bytes:
+    """Plain values (dicts, lists, tensors, numbers, strings) as bytes that :func:`from_bytes` reads back."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def from_bytes(blob: bytes):
+    """:func:`to_bytes`'s value, read with ``weights_only=True`` (tensors and plain values, no code)."""
+    return torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
+
+
+def plain_records(records: list) -> list:
+    """A Round's records (``Round.record``/``record_series``) as plain values: table columns as lists,
+    series tensors on the CPU."""
+    out = []
+    for kind, name, payload in records:
+        if kind == "table":
+            out.append([kind, name, {col: np.atleast_1d(np.asarray(v)).tolist() for col, v in payload.items()}])
+        else:
+            clients, tensors = payload
+            out.append([kind, name, [[int(x) for x in clients],
+                                     {k: v.detach().cpu().clone() for k, v in tensors.items()}]])
+    return out
+
+
+# ------------------------------------------------------------------- one client's rows of the state
+
+
+def _per_client(v, n: int) -> bool:
+    return isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == n
+
+
+def state_rows(plain, c: int, n: int):
+    """Client ``c``'s part of a state made plain (``state_to_dict``): each tensor with one row per client
+    (leading dimension N) cut to its row c, (1, …); everything else whole (the client's own copy)."""
+    if isinstance(plain, dict):
+        return {k: state_rows(v, c, n) for k, v in plain.items()}
+    if isinstance(plain, list):
+        return [state_rows(v, c, n) for v in plain]
+    if isinstance(plain, torch.Tensor):
+        return (plain[c:c + 1] if _per_client(plain, n) else plain).detach().cpu().clone()
+    return plain
+
+
+def put_state_rows(live, rows, c: int, n: int):
+    """Write :func:`state_rows`'s ``rows`` into the live state ``live`` (per-client tensors in place, row c;
+    other values replaced), returning the state."""
+    if dataclasses.is_dataclass(live) and not isinstance(live, type):
+        for f in dataclasses.fields(live):
+            setattr(live, f.name, put_state_rows(getattr(live, f.name), rows[f.name], c, n))
+        return live
+    if isinstance(live, dict) and isinstance(rows, dict) and set(live) == set(rows):
+        for k in live:
+            live[k] = put_state_rows(live[k], rows[k], c, n)
+        return live
+    if isinstance(live, list) and isinstance(rows, list) and len(live) == len(rows) \
+            and all(isinstance(v, torch.Tensor) for v in live):
+        return [put_state_rows(a, b, c, n) for a, b in zip(live, rows)]
+    if _per_client(live, n):
+        live[c] = rows[0].to(live.device, live.dtype)
+        return live
+    if isinstance(live, torch.Tensor):
+        return rows.to(live.device, live.dtype)
+    return rows
+
+
+def poison(tree, rows, n: int) -> None:
+    """Fill rows ``rows`` (a client id, or a slice/mask) of every floating per-client tensor in ``tree`` (a
+    state, a dict of tensors) with NaN: a row its side does not hold."""
+    if dataclasses.is_dataclass(tree) and not isinstance(tree, type):
+        for f in dataclasses.fields(tree):
+            poison(getattr(tree, f.name), rows, n)
+    elif isinstance(tree, dict):
+        for v in tree.values():
+            poison(v, rows, n)
+    elif isinstance(tree, list):
+        for v in tree:
+            poison(v, rows, n)
+    elif _per_client(tree, n) and tree.is_floating_point():
+        tree[rows] = math.nan
+
+
+# ------------------------------------------------------------------------------------- the client side
+
+
+class ClientRound(Round):
+    """Round ``t`` as a hook sees it on a client: the engine's shapes, but only the client's own rows are real
+    (the others are NaN), and "every client" (:attr:`everyone`) is the client itself, so a hook that works on
+    every client (``-c``'s fine-tuning) works on this one."""
+
+    def __init__(self, setup, t: int, *, me: torch.Tensor, **kwargs):
+        super().__init__(setup, t, **kwargs)
+        self.me = me
+
+    @property
+    def everyone(self) -> torch.Tensor:
+        return self.me
+
+    def held(self, clients: torch.Tensor) -> torch.Tensor:
+        return clients[clients == self.me]
+
+    def with_state(self, state) -> ClientRound:
+        return ClientRound(self._setup, self.t, me=self.me, global_params=self.global_params,
+                           local_params=self.local_params, local_buffers=self.local_buffers, selected=self.selected,
+                           state=state, records=self.records, timings=self.timings)
+
+    def evaluate(self, params: dict, buffers: dict, split: str = "test", clients=None) -> dict[str, np.ndarray]:
+        """As :meth:`Round.evaluate`; "every client" is this one, whose rows may be all of ``params`` (a hook's
+        models for :attr:`everyone`) or its row of every client's."""
+        if clients is not None:
+            return super().evaluate(params, buffers, split, clients)
+
+        def mine(v):
+            return v if v.shape[0] == 1 else v[self.me]
+
+        plan = self._setup.eval_plan(split).take(self.me.cpu().numpy())
+        return self.evaluate_batches({k: mine(v) for k, v in params.items()},
+                                     {k: mine(v) for k, v in buffers.items()}, plan, split)
+
+
+class ClientSide:
+    """The client side of the round, for any client of one run, one client at a time (a Flower SuperNode's
+    ClientApp, a Ray actor serving several simulated clients one after another), on the backend of
+    :func:`client_backend`.
+
+    Before each order the client's kept rows are loaded (``saved``: None for its first message: the initial
+    model and the algorithm's initial state, as in the engine); after it they are saved and poisoned again."""
+
+    def __init__(self, cfg: RunConfig, data: FederatedData | None = None, model: nn.Module | None = None):
+        self.sim = sim = Simulation(cfg.replace(backend=client_backend(cfg)), data, model=model)
+        self.num_clients = n = sim.num_clients
+        self.backend_name = sim.backend.name
+        self.uploads = list(sim.algo.downloads())
+        self.initial = {"params": {k: v.detach().clone() for k, v in sim.model.named_parameters()},
+                        "buffers": {k: v.detach().clone() for k, v in sim.model.named_buffers()},
+                        "state": state_to_dict(sim.algo.init_state(sim.setup))}
+        for tree in (sim.local_params, sim.local_buffers, sim.state):
+            poison(tree, slice(None), n)
+
+    def train_size(self, c: int) -> int:
+        return int(self.sim.train_sizes[c])
+
+    def serve(self, order: Order, glob: dict[str, torch.Tensor], saved: bytes | None) -> tuple[Reply, bytes]:
+        """Carry out ``order`` for its client with the global parameters ``glob`` (what the method downloads),
+        from the client's ``saved`` rows; returns the reply and the client's rows to keep."""
+        c, n = order.client, self.num_clients
+        if not 0 <= c < n:
+            raise FedalaError(f"client {c} does not exist: the run's data has {n} clients (0 … {n - 1})")
+        self._load(c, saved)
+        try:
+            with cpu_threads(self.sim.threads):
+                reply = self._serve(order, glob)
+            return reply, self._save(c)
+        finally:
+            for tree in (self.sim.local_params, self.sim.local_buffers, self.sim.state):
+                poison(tree, c, n)
+
+    def _load(self, c: int, saved: bytes | None) -> None:
+        sim = self.sim
+        if saved is None:
+            rows = {"params": self.initial["params"], "buffers": self.initial["buffers"],
+                    "state": state_rows(self.initial["state"], c, self.num_clients)}
+        else:
+            rows = from_bytes(saved)
+        for part, tree in (("params", sim.local_params), ("buffers", sim.local_buffers)):
+            for k, v in rows[part].items():
+                tree[k][c] = v.to(tree[k].device, tree[k].dtype)
+        sim.state = put_state_rows(sim.state, rows["state"], c, self.num_clients)
+
+    def _save(self, c: int) -> bytes:
+        sim = self.sim
+        return to_bytes({"params": {k: v[c].detach().cpu().clone() for k, v in sim.local_params.items()},
+                         "buffers": {k: v[c].detach().cpu().clone() for k, v in sim.local_buffers.items()},
+                         "state": state_rows(state_to_dict(sim.state), c, self.num_clients)})
+
+    def _serve(self, order: Order, glob: dict) -> Reply:
+        sim, c, n = self.sim, order.client, self.num_clients
+        for k, v in glob.items():
+            sim.global_params[k] = v.to(sim.device, sim.global_params[k].dtype)
+        me = torch.tensor([c], device=sim.device)
+        selected = torch.as_tensor(order.selected, dtype=torch.int64, device=sim.device)
+        rnd = ClientRound(sim.setup, order.t, me=me, global_params=sim.global_params, local_params=sim.local_params,
+                          local_buffers=sim.local_buffers, selected=selected, state=sim.state)
+        straggler, dropped = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+        straggler[c], dropped[c] = order.limit is not None, order.dropped
+        work = LocalWork(straggler, dropped, {} if order.limit is None else {c: order.limit})
+        start = rounds.RoundStart(order.t, rnd, selected, work, order.evaluate,
+                                  frozenset({c}) if order.snapshot else frozenset())
+        report = rounds.serve(sim, rnd, start)
+        reply = Reply(c, report.row(c), records=plain_records(rnd.records),
+                      snapshots={which: flats[c] for which, flats in report.snapshots.items() if c in flats},
+                      meta={k: list(v) for k, v in sim.algo.meta(sim.state).items() if isinstance(v, list)})
+        if order.train and not order.dropped:
+            reply.upload = {k: sim.local_params[k][c].detach().cpu().clone() for k in self.uploads}
+        return reply
+
+
+# ------------------------------------------------------------------------------------- the server side
+
+
+class _ServerSimulation(Simulation):
+    """The server's engine state; its Run says where the round ran and gathers the clients' meta lists."""
+
+    def __init__(self, cfg: RunConfig, data, model, engine: str):
+        super().__init__(cfg, data, model=model)
+        self.close()  # the server trains nothing: no worker processes
+        self.engine, self.client_backend = engine, None
+        self.meta_lists: dict[str, list] = {}  # the clients' list entries of the algorithm's meta
+
+    def to_run(self, status: str = "complete") -> Run:
+        run = super().to_run(status=status)
+        for k, v in self.meta_lists.items():
+            if isinstance(run.meta.get(k), list):
+                run.meta[k] = [*run.meta[k], *(x for x in v if x not in run.meta[k])]
+        run.meta["env"]["backend"] = self.client_backend or client_backend(self.cfg)
+        run.meta["engine"] = self.engine
+        run.meta["split"] = {"clients": self.num_clients, "phase_seconds": "summed over clients",
+                             "seconds": "server wall clock per round, communication included"}
+        return run
+
+
+class ServerSide:
+    """The server side of the round: G, the algorithm's server-side state, selection, the stragglers' draw,
+    aggregation of the senders' uploads, and the run's records (engine/rounds.py).
+
+    Use: ``orders = server.orders(t)`` → send each client its order with :meth:`downloads` → collect the
+    replies → ``server.finish(t, replies)``; after the last round :meth:`to_run`. Raises a
+    :class:`ConfigError` at construction for a method that cannot run split (:func:`split_refusal`).
+    ``engine`` names the transport in the Run's meta ("split", "flower")."""
+
+    def __init__(self, cfg: RunConfig, data: FederatedData | None = None, model: nn.Module | None = None, *,
+                 engine: str = "split"):
+        self.sim = sim = _ServerSimulation(cfg, data, model, engine)
+        check_split(sim.cfg, sim.algo, sim.state)
+        self.num_clients = sim.num_clients
+        self.uploads = list(sim.algo.downloads())
+        self._start: rounds.RoundStart | None = None
+        self._orders: dict[int, Order] = {}
+        for tree in (sim.local_params, sim.local_buffers):
+            poison(tree, slice(None), self.num_clients)
+
+    @property
+    def cfg(self) -> RunConfig:
+        """The run's config (bound to custom data or model, as the engine's)."""
+        return self.sim.cfg
+
+    @property
+    def global_params(self) -> dict[str, torch.Tensor]:
+        """G, the server's global model."""
+        return self.sim.global_params
+
+    @property
+    def client_backend(self) -> str | None:
+        """The backend the clients train on, as they said (the Run's ``env.backend``)."""
+        return self.sim.client_backend
+
+    @client_backend.setter
+    def client_backend(self, name: str) -> None:
+        self.sim.client_backend = name
+
+    def train_size(self, c: int) -> int:
+        return int(self.sim.train_sizes[c])
+
+    def downloads(self) -> dict[str, torch.Tensor]:
+        """G's parameters a client receives (the method's ``downloads()``: FedRep's body), on the CPU."""
+        return {k: self.sim.global_params[k].detach().cpu() for k in self.uploads}
+
+    def orders(self, t: int) -> list[Order]:
+        """Round ``t``'s orders, in client order: every client the engine's round touches (initialised,
+        evaluated or trained), and the snapshot clients."""
+        start = self._start = rounds.begin(self.sim, t)
+        sel, work, init_all = start.sel_mask, start.work, self.sim.algo.initialise_all
+        chosen = [int(c) for c in start.selected.cpu().tolist()]
+        out = []
+        for c in range(self.num_clients):
+            init = bool(init_all or sel[c])
+            if init or start.evaluated or sel[c] or c in start.snapshot:
+                out.append(Order(t, c, chosen, init=init, evaluate=start.evaluated, train=bool(sel[c]),
+                                 limit=work.limits.get(c), dropped=bool(work.dropped[c]), snapshot=c in start.snapshot))
+        self._orders = {o.client: o for o in out}
+        return out
+
+    def finish(self, t: int, replies: list[Reply]) -> dict:
+        """Aggregate round ``t`` from its clients' ``replies`` (any order) and record it as the engine does;
+        returns the round's row. Raises TrainingDiverged as the engine does."""
+        start, sim, n = self._start, self.sim, self.num_clients
+        if start is None or start.t != t:
+            raise RuntimeError(f"finish({t}) without orders({t})")
+        by = {r.client: r for r in replies}
+        missing = sorted(set(self._orders) - set(by))
+        if missing:
+            raise FedalaError(f"round {t}: no reply from client(s) {missing[:10]}")
+        report = rounds.Report.blank(n)
+        for c in sorted(by):  # in client order: what they measured, recorded and hold in their meta lists
+            r = by[c]
+            report.put(c, r.metrics)
+            for which, flat in r.snapshots.items():
+                report.snapshots.setdefault(which, {})[c] = flat
+            report.records.extend(r.records)
+            for k, v in r.meta.items():
+                have = sim.meta_lists.setdefault(k, [])
+                have.extend(x for x in v if x not in have)
+        for c in start.work.senders(start.selected).cpu().tolist():  # the senders' uploads, in their rows
+            if by[c].upload is None:
+                raise FedalaError(f"round {t}: client {c} sent no model")
+            for k, v in by[c].upload.items():
+                sim.local_params[k][c] = v.to(sim.device, sim.local_params[k].dtype)
+        try:
+            return rounds.finish(sim, start, report, apart=True)
+        finally:
+            self._start = None
+            for tree in (sim.local_params, sim.local_buffers):
+                poison(tree, slice(None), n)
+
+    def to_run(self, status: str = "complete") -> Run:
+        """The recorded :class:`Run`, as the engine's, with ``meta["engine"]`` naming where it ran and
+        ``meta["split"]`` how (the clients' list entries of the algorithm's meta gathered)."""
+        return self.sim.to_run(status=status)
+
+
+__all__ = [
+    "ClientRound",
+    "ClientSide",
+    "Order",
+    "Reply",
+    "ServerSide",
+    "check_split",
+    "client_backend",
+    "from_bytes",
+    "poison",
+    "put_state_rows",
+    "split_methods",
+    "split_refusal",
+    "state_rows",
+    "to_bytes",
+]
