@@ -149,3 +149,16 @@ def test_a_nan_from_the_loss_still_blames_the_step_size(ragged):
     with pytest.raises(TrainingDiverged, match=r"the loss of client\(s\) .* became NaN or infinite\. The learning "
                                                r"rate lr=1e\+20 is most likely too large"):
         run(small_cfg(algo="fedavg", lr=1e20, rounds=3, backend="loop"), ragged)
+
+
+def test_a_built_in_methods_nan_personal_models_name_its_own_setting(tmp_path):
+    """Ditto with λ·lr far above 1: its personal models (what personalise returns) blow up while every loss
+    that reaches the engine is finite. The run is diverged, not complete, and the message names ditto_lambda."""
+    cfg = fl.preset("teach", algo="ditto", rounds=3, ditto_lambda=1000, lr=0.1)
+    store = RunStore(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(TrainingDiverged, match=r"Ditto's personalise hook returned a NaN or infinite model .*"
+                                                   r"ditto_lambda=1000 is most likely too large"):
+            get_or_run(cfg, store, progress=False)
+    assert store.status(cfg).state == "diverged"

@@ -314,11 +314,13 @@ def divergence_message(cfg: RunConfig, t: int, clients: list[int], hook: str = "
     given was finite is named; a loss that became non-finite gets the algorithm's own hint where it has one
     (FedProx: μ·lr ≥ 1), else the step size."""
     label = cfg.algorithm.label
+    hint = cfg.algorithm.divergence_hint(cfg)
     if hook in ("initialise", "personalise", "aggregate"):
         whose = f" for client(s) {clients[:5]}" if clients else ""
-        return (f"training diverged in round {t}: {label}'s {hook} hook returned a NaN or infinite model{whose} "
-                "though the models it was given were finite: the hook's computation is the cause, not the "
-                "learning rate")
+        head = (f"training diverged in round {t}: {label}'s {hook} hook returned a NaN or infinite model{whose} "
+                "though the models it was given were finite: ")
+        # a method's own setting (Ditto's λ drives the personal models it returns) before "the hook itself"
+        return head + (f"{hint}" if hint else "the hook's computation is the cause, not the learning rate")
     if hook == "local_train":
         head = (f"training diverged in round {t}: the model {label}'s local_train returned for client(s) "
                 f"{clients[:5]} is NaN or infinite while its losses were finite. ")
@@ -326,7 +328,6 @@ def divergence_message(cfg: RunConfig, t: int, clients: list[int], hook: str = "
         head = f"training diverged in round {t}: the loss of client(s) {clients[:5]} became NaN or infinite. "
     lr_text = (f"the learning rate lr={cfg.lr:g} is most likely too large for this model and batch size "
                f"{cfg.batch_size}; try a smaller lr")
-    hint = cfg.algorithm.divergence_hint(cfg)
     if hint:
         return head + hint + ". Otherwise " + lr_text
     return head + lr_text[0].upper() + lr_text[1:]
