@@ -179,3 +179,16 @@ def test_an_edited_install_has_another_package_fingerprint(tmp_path):
     plans = copy / "compute" / "plans.py"
     plans.write_text(plans.read_text() + "\nEDITED = 1\n")
     assert fingerprint() != package_fingerprint()
+
+
+def test_a_sweep_worker_with_other_code_computes_nothing_and_says_so(tmp_path):
+    """A worker process keys the run with its own code; when that is not the caller's (fedala_lab edited while
+    a sweep runs), it refuses instead of storing the run under a key the caller never asks for."""
+    from fedala_lab.experiments.sweeps import _work
+
+    cfg = _tiny(algo="fedavg")
+    out = _work(cfg.to_dict(), str(tmp_path), False, 1, expect="0" * 12)
+    assert out["status"] == "failed" and out["key"] == "0" * 12
+    assert out["message"].startswith("this worker's code is not the caller's") and "run the sweep again" in out["message"]
+    assert not any(p for p in tmp_path.iterdir() if not p.name.startswith("."))  # nothing stored
+    assert _work(cfg.to_dict(), str(tmp_path), False, 1, expect=cfg.key())["status"] == "complete"

@@ -69,7 +69,8 @@ def _set_threads(threads: int | None) -> None:
 
 
 def _work(cfg_dict: dict, store_root: str | None, force: bool, threads: int | None,
-          rounds_queue=None, train_workers: int | None = None, trackers=(), plugins=()) -> dict | object:
+          rounds_queue=None, train_workers: int | None = None, trackers=(), plugins=(),
+          expect: str | None = None) -> dict | object:
     """Run one config in a worker (process pool or Ray task).
 
     With ``store_root`` the run goes through :func:`get_or_run` there (checkpoints, resume, atomic
@@ -79,7 +80,8 @@ def _work(cfg_dict: dict, store_root: str | None, force: bool, threads: int | No
     n runs at once gives each cores ÷ n, so that runs and their training processes fit the cores.
     ``trackers`` log the run as it goes (with ``store_root`` only; the sweep logs the others afterwards).
     ``plugins``: (module, folder) pairs to import first (:func:`~fedala_lab.algorithms.plugins.plugin_modules`:
-    the caller's registered algorithms).
+    the caller's registered algorithms). ``expect``: the run key the caller computed; a worker whose code
+    gives another (fedala_lab or a plugin edited while the sweep runs) computes nothing and says so.
     """
     _set_threads(threads)
     try:
@@ -88,6 +90,11 @@ def _work(cfg_dict: dict, store_root: str | None, force: bool, threads: int | No
     except FedalaError as err:
         return {"key": "", "status": "failed", "message": failure(err)}
     key = cfg.key()
+    if expect is not None and key != expect:
+        return {"key": expect, "status": "failed", "message": (
+            f"this worker's code is not the caller's: it keys the run {key}, the caller {expect} (fedala_lab or a "
+            "plugin was edited while the sweep ran, or the worker imports another installation); nothing was "
+            "computed: run the sweep again")}
 
     def report(sim, row):
         rounds_queue.put((key, int(row["round"])))
@@ -321,8 +328,8 @@ def _run_pool(todo, root, force, threads, n, bar, failed, trackers) -> None:
             rounds = manager.Queue()  # workers report each finished round; the bar shows the runs in flight
             per_run = max(1, machine_cpus() // n)  # training processes per run (compute/workers.py)
             plugins = plugin_modules(specs())
-            futures = {pool.submit(_work, c.to_dict(), root, force, threads, rounds, per_run, trackers, plugins): c
-                       for c in todo}
+            futures = {pool.submit(_work, c.to_dict(), root, force, threads, rounds, per_run, trackers, plugins,
+                                   c.key()): c for c in todo}
         by_key = {c.key(): c for c in todo}
         in_flight: dict[str, int] = {}
         pending = set(futures)
@@ -331,7 +338,8 @@ def _run_pool(todo, root, force, threads, n, bar, failed, trackers) -> None:
             with contextlib.suppress(queue_mod.Empty, OSError, EOFError):
                 while True:
                     k, t = rounds.get_nowait()
-                    in_flight[k] = t
+                    if k in by_key:  # a worker's own key: see _work's expect
+                        in_flight[k] = t
             for fut in finished:
                 cfg = futures[fut]
                 in_flight.pop(cfg.key(), None)
@@ -422,8 +430,8 @@ def _run_ray(todo, root, force, threads, gpus, workers, address, shared, store, 
             raise ConfigError("gpus_per_run", gpus, f"at most the {have:g} GPU(s) of the Ray cluster")
         task = ray.remote(num_cpus=threads or 1, num_gpus=gpus, max_retries=0)(_work)
         plugins = plugin_modules(specs())
-        refs = {task.remote(c.to_dict(), root if shared else None, force, threads, None, None, trackers, plugins): c
-                for c in todo}
+        refs = {task.remote(c.to_dict(), root if shared else None, force, threads, None, None, trackers, plugins,
+                            c.key()): c for c in todo}
         pending = list(refs)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
