@@ -60,7 +60,10 @@ HIGHLIGHT = 4
 
 def verdict(runs, labels) -> str:
     """What the runs on screen say about federating, in their own numbers (final pooled accuracy): whether
-    Local (no federation) is beaten, and by what; with the methods whose curves need a word (pFedMe)."""
+    Local (no federation) is beaten, and by what; with a word on the curves that need one (pFedMe's, …:
+    :func:`~fedala_lab.analysis.notes.curve_notes`)."""
+    from ...analysis.notes import curve_notes
+
     final = {lab: r.summary()["final_acc"] for r, lab in zip(runs, labels)}  # in %
     algo = {lab: r.config.algo for r, lab in zip(runs, labels)}
     ranked = sorted(final, key=final.get, reverse=True)
@@ -85,14 +88,7 @@ def verdict(runs, labels) -> str:
                     + (f"; {len(beaten)} of {len(fed)} federated methods beat Local." if len(fed) > 1 else "."))
         text += (" One seed each: a gap of a few tenths can flip with another seed (the *Heterogeneity* tab and "
                  "notebook 2 repeat over seeds).")
-    notes = [NOTES[a] for a in dict.fromkeys(algo.values()) if a in NOTES]
-    return "\n\n".join([text, *notes])
-
-
-# Curves that look wrong without a word, said where they are drawn (measured: notebook 8 shows the curves).
-NOTES = {
-    "pfedme": "",
-}
+    return "\n\n".join([text, *curve_notes(runs, labels)])
 @job
 def clients(app, algos, settings, job):
     """Each client's accuracy at the last round of every selected algorithm's run (drawn after :func:`train`,
