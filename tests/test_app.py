@@ -97,7 +97,7 @@ def test_partition_bad_inputs_are_visible_errors(app, bad, message):
 
 def test_train_curves_summary_progress_and_cache(app):
     rec = Progress()
-    acc_fig, verdict, loss_fig, rank_fig, table, status = app.train(["fedavg", "fedala"], **SMALL, progress=rec)
+    acc_fig, verdict, loss_fig, rank_fig, _, table, status = app.train(["fedavg", "fedala"], **SMALL, progress=rec)
     store = app.store
     runs = [store.find(ui.make_config(algo=a, **SMALL)) for a in ("fedavg", "fedala")]
     assert all(r is not None for r in runs)
@@ -154,7 +154,7 @@ def test_stop_keeps_the_checkpoint_and_run_again_resumes(app, tmp_path):
             answers.append(threading.Thread(target=lambda: answers.append(app.stop(request))))
             answers[0].start()
 
-    acc_fig, _, _, _, table, status = app.train(
+    acc_fig, _, _, _, _, table, status = app.train(
         ["fedala"], **settings, progress=Progress(click_stop_in_round_3), request=request
     )
     answers[0].join(timeout=30)
@@ -283,7 +283,7 @@ def test_stop_before_a_queued_job_starts_keeps_what_the_page_shows(app):
     assert app.stop(request) == "The job waiting in the queue will not start."
     rec = Progress()
     out = app.train(["fedavg"], **{**SMALL, "seed": 31}, progress=rec, request=request)
-    assert out == (*[gr.skip()] * 5, "Stopped before it started: nothing ran, the page keeps what it showed.")
+    assert out == (*[gr.skip()] * 6, "Stopped before it started: nothing ran, the page keeps what it showed.")
     assert not [d for d in rec.descs if "round" in d]
     # the next click is a fresh job
     app.arm("train")(request)
@@ -717,3 +717,27 @@ def test_runs_picker_and_legend_tell_two_fedala_runs_apart(app):
     assert labels[names[0]] != labels[names[1]] and "eta 0.5" in labels[names[1]]
     legend = [ln.get_label() for ln in fig.axes[0].get_lines()]
     assert len(set(legend)) == 2 and legend[1].endswith("eta 0.5")
+
+
+def test_curves_that_need_a_word_get_it_in_their_own_numbers(app):
+    *_, notes, _, _ = app.train(["fedavg", "pfedme", "perfedavg"], **SMALL)
+    runs = {a: app.store.find(ui.make_config(algo=a, **SMALL)) for a in ("pfedme", "perfedavg")}
+    first = {a: 100 * r.rounds["acc"].iloc[0] for a, r in runs.items()}
+    assert "*pFedMe* is scored on each client's personal model" in notes
+    assert f"({first['pfedme']:.1f} %)" in notes and f"({100 * runs['pfedme'].rounds['acc'].iloc[1]:.1f} %)" in notes
+    assert "*Per-FedAvg* is scored on the global model after one adaptation step" in notes
+    assert f"({first['perfedavg']:.1f} %)" in notes and "FedAvg" not in notes.split("*")[0]
+
+
+def test_many_methods_draw_the_best_few_in_colour(app):
+    from fedala_lab.webapp.tabs.train import HIGHLIGHT
+
+    algos = ["fedavg", "local", "fedala", "fedprox", "ditto", "fedrep", "partialfed"]
+    acc, *_, table, _ = app.train(algos, **SMALL)
+    final = table.set_index("algorithm")["final acc % (pooled)"]
+    coloured = set(final.sort_values(ascending=False).index[:HIGHLIGHT]) | {"FedAvg", "Local"}
+    lines = acc.axes[0].get_lines()
+    grey = {ln.get_label() for ln in lines if ln.get_color() == "0.72"}
+    assert len(grey) == len(algos) - len(coloured)
+    legend = [t.get_text() for t in acc.axes[0].get_legend().get_texts()]
+    assert set(legend) == coloured | {f"{len(grey)} others (grey)"}

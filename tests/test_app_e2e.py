@@ -120,9 +120,13 @@ def test_partition_and_train_through_the_api(server, client):
     )
     assert plot["type"] == "matplotlib" and plot["plot"].startswith("data:image/")
     rows = _rows(table)
-    assert [r["client"] for r in rows] == list(range(10)) and clients == 10 and "serves" in note
+    assert [r["client"] for r in rows] == list(range(10)) and "serves" in note
+    from fedala_lab.webapp.split import served
 
-    acc, verdict, loss, ranked, summary, status = client.predict(["fedavg", "fedala"], **SMALL, api_name="/train")
+    ok = served(make_config(**{k: SMALL[k] for k in ("dataset", "partition", "beta", "classes_per_client")}).data)
+    assert (clients["value"], clients["minimum"], clients["maximum"]) == (10, ok.lo, ok.hi)  # the slider's range
+
+    acc, verdict, loss, ranked, _, summary, status = client.predict(["fedavg", "fedala"], **SMALL, api_name="/train")
     assert all(f["plot"].startswith("data:image/") for f in (acc, loss, ranked)) and "FedALA" in verdict
     rows = {r["algorithm"]: r for r in _rows(summary)}
     assert set(rows) == {"FedAvg", "FedALA"}
@@ -247,8 +251,9 @@ def test_stop_endpoint_stops_the_sessions_run(server):
     while not job.status().progress_data:  # wait until rounds are being reported
         assert time.monotonic() < deadline and not job.done(), "the run never reported progress"
         time.sleep(0.1)
-    answer, _ = c.predict(api_name="/stop")
-    acc, _, _, _, summary, status = job.result(timeout=120)
+    answer = c.predict(api_name="/stop")  # the status line (the button's label is the page's only)
+    answer = answer[0] if isinstance(answer, (tuple, list)) else answer
+    acc, _, _, _, _, summary, status = job.result(timeout=120)
     k = int(re.fullmatch(r"Stopped after round (\d+) of 300 \(checkpoint kept: Run again resumes\)\.", status)[1])
     assert answer == status  # Stop's answer is the job's own line, whichever reaches a page last
     # what was done so far comes back: the curve of its k rounds and its row
@@ -503,10 +508,12 @@ def projector(server):
 
 
 def _set(page, elem_id: str, value) -> None:
-    """Type ``value`` into a slider's or number's box and commit it (Enter), as a lecturer does."""
+    """Type ``value`` into a slider's or number's box and commit it (Enter, then leaving the box), as a lecturer
+    does; a slider announces its new value ("release") as the box loses focus."""
     box = page.locator(f"#{elem_id} input[type='number']").first
     box.fill(str(value))
     box.press("Enter")
+    box.blur()
 
 
 def _loaded(page, selector: str, timeout: int = 300_000) -> None:

@@ -134,8 +134,8 @@ def build(app, settings) -> Panel:
             values = gr.Textbox(ABLATION_VALUES["p"], label="values (comma-separated)", elem_id="abl-values")
             run, stop, status = run_stop("abl")
         with gr.Column(scale=7, min_width=480):
+            abl_plot = plot(label="accuracy and cost", elem_id="abl-plot", elem_classes=["main-plot"])
             found = gr.Markdown(elem_id="abl-finding", elem_classes=["note"])
-            abl_plot = plot(label="accuracy and cost", elem_id="abl-plot")
     frame = table(label="per value", elem_id="abl-table", columns=("p", "best acc %", "best ± std", "final acc %",
                                                                     "final ± std", "seeds", *COST_COLUMNS,
                                                                     "ALA weights"))

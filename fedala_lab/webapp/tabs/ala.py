@@ -63,7 +63,7 @@ def build(app, settings) -> Panel:
                 mirror(widget, settings[name])
             run, stop, status = run_stop("ala")
         with gr.Column(scale=7, min_width=480):
-            weights_plot = plot(label="ALA weights W (Fig. 2)", elem_id="ala-weights-plot")
+            weights_plot = plot(label="ALA weights W (Fig. 2)", elem_id="ala-weights-plot", elem_classes=["main-plot"])
     with gr.Row():
         loss_plot = plot(label="ALA loss (Fig. 3)", elem_id="ala-loss-plot")
         summary = table(label="W per tensor", elem_id="ala-table", columns=COLUMNS.values())

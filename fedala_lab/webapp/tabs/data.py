@@ -120,7 +120,7 @@ def build(app, demo, settings) -> None:
     """The Data tab: who holds which labels, redrawn on every data setting (no Run button of its own)."""
     with gr.Row(equal_height=False):
         with gr.Column(scale=7, min_width=480):
-            data_plot = plot(label="samples per client and label", elem_id="data-plot")
+            data_plot = plot(label="samples per client and label", elem_id="data-plot", elem_classes=["main-plot"])
         with gr.Column(scale=3, min_width=280):
             kind = Radio(KINDS, value="bubble", label="view", elem_id="data-kind", field="kind")
             notice = gr.Markdown(elem_id="data-notice")
@@ -149,6 +149,6 @@ def build_ladder(app, settings) -> Panel:
             seeds = whole_slider(1, 5, 3, "seeds", "ladder-seeds", field="seeds")
             run, stop, status = run_stop("ladder")
         with gr.Column(scale=7, min_width=480):
-            ladder_plot = plot(label="FedAvg per split", elem_id="ladder-plot")
+            ladder_plot = plot(label="FedAvg per split", elem_id="ladder-plot", elem_classes=["main-plot"])
     ladder_table = table(label="mean ± std over seeds", elem_id="ladder-table", columns=LADDER_COLUMNS)
     return Panel("ladder", run, stop, status, [seeds], [ladder_plot, ladder_table])

@@ -109,8 +109,8 @@ def build(app, settings) -> Panel:
             with_ala = gr.Checkbox(False, label="also FedALA and FedLAMA+ALA", elem_id="lama-ala")
             run, stop, status = run_stop("lama")
         with gr.Column(scale=7, min_width=480):
+            lama_plot = plot(label="accuracy vs upload", elem_id="lama-plot", elem_classes=["main-plot"])
             found = gr.Markdown(elem_id="lama-finding", elem_classes=["note"])
-            lama_plot = plot(label="accuracy vs upload", elem_id="lama-plot")
     frame = table(label="per method", elem_id="lama-table", columns=COLUMNS.values())
     gr.Markdown("\n".join(f"- *{RULE_NAMES[k]}*: {v}" for k, v in RULES.items()), elem_classes=["note"])
     return Panel("fedlama", run, stop, status, [tau0, phi, with_ala, rule, rounds], [lama_plot, frame, found])

@@ -203,7 +203,7 @@ def build(app, demo) -> tuple[list, list]:
         text = gr.Textbox("", label="text", placeholder="any text in the list, e.g. lr 0.05", elem_id="runs-text",
                           min_width=160)
         refresh = gr.Button("Refresh", elem_id="runs-refresh", scale=0, min_width=110)
-    listing = table(label="runs (click one to compare it)", elem_id="runs-table", max_height=360, columns=LISTED,
+    listing = table(label="runs (click one to compare it)", elem_id="runs-table", max_height=320, columns=LISTED,
                     column_widths=list(LISTED.values()))
     selection = gr.Dropdown([], value=[], multiselect=True, label="runs to compare", elem_id="run-name",
                             allow_custom_value=True)

@@ -33,6 +33,7 @@ def train(app, algos, settings, job):
     """Run (or load) every selected algorithm on the same data: accuracy curves (with many methods: the best few
     in colour), the methods ranked, loss curves, a summary, and what the runs say about federating at all.
     Stopped, it shows the finished runs and the stopped one's rounds so far."""
+    from ...analysis.notes import curve_notes
     from ...figures.curves import AccuracyCurveDisplay
     from ...figures.many import RankedAccuracyDisplay
 
@@ -42,7 +43,7 @@ def train(app, algos, settings, job):
                                                         for c in cfgs])
     runs = got.shown
     if not runs:  # stopped before a single round: what the page shows stays
-        return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), got.status
+        return *[gr.skip()] * 6, got.status
     labels = [run_label(r) for r in runs]
     refs = [lab for r, lab in zip(runs, labels) if r.config.algo in ("fedavg", "local")]
     acc = AccuracyCurveDisplay.from_runs(runs, metric="acc", labels=labels, highlight=HIGHLIGHT, keep=refs,
@@ -50,8 +51,8 @@ def train(app, algos, settings, job):
     loss = AccuracyCurveDisplay.from_runs(runs, metric="test_loss", labels=labels, highlight=HIGHLIGHT, keep=refs)
     ranked = RankedAccuracyDisplay.from_runs(runs, labels=labels, title="Final accuracy, ranked (one seed)")
     cached = got.cached + [False] * (len(runs) - len(got.runs))
-    return (acc.figure_, verdict(runs, labels), loss.figure_, ranked.figure_, _summary(app, runs, cached),
-            finished_status(got, time.perf_counter() - tic))
+    return (acc.figure_, verdict(runs, labels), loss.figure_, ranked.figure_, "\n\n".join(curve_notes(runs, labels)),
+            _summary(app, runs, cached), finished_status(got, time.perf_counter() - tic))
 
 
 # With more methods than this on one plot, only the best few (and FedAvg and Local) are drawn in colour.
@@ -60,9 +61,7 @@ HIGHLIGHT = 4
 
 def verdict(runs, labels) -> str:
     """What the runs on screen say about federating, in their own numbers (final pooled accuracy): whether
-    Local (no federation) is beaten, and by what; with a word on the curves that need one (pFedMe's, …:
-    :func:`~fedala_lab.analysis.notes.curve_notes`)."""
-    from ...analysis.notes import curve_notes
+    Local (no federation) is beaten, and by what."""
 
     final = {lab: r.summary()["final_acc"] for r, lab in zip(runs, labels)}  # in %
     algo = {lab: r.config.algo for r, lab in zip(runs, labels)}
@@ -78,17 +77,15 @@ def verdict(runs, labels) -> str:
         best = fed[0]
         beaten = [lab for lab in fed if final[lab] > final[local]]
         if not beaten:
-            text = (f"**Here federating does not pay:** *Local* (each client trains alone, never communicates) ends "
-                    f"at **{final[local]:.2f} %**, the best federated method, {best}, at {final[best]:.2f} %. On this "
-                    "split most of a client's images show one or two digits, and its own images are enough for "
-                    "that small task.")
+            text = (f"**Here federating does not pay:** *Local* (each client alone, no communication) ends at "
+                    f"**{final[local]:.2f} %**, the best federated method, {best}, at {final[best]:.2f} %: each "
+                    "client's own images are enough for its few digits.")
         else:
             text = (f"**Federating pays here:** {best} ends at **{final[best]:.2f} %** against *Local*'s "
                     f"{final[local]:.2f} % (each client alone), {final[best] - final[local]:+.2f} points"
                     + (f"; {len(beaten)} of {len(fed)} federated methods beat Local." if len(fed) > 1 else "."))
-        text += (" One seed each: a gap of a few tenths can flip with another seed (the *Heterogeneity* tab and "
-                 "notebook 2 repeat over seeds).")
-    return "\n\n".join([text, *curve_notes(runs, labels)])
+        text += " One seed each: a small gap can flip with another seed (notebook 2 repeats over seeds)."
+    return text
 @job
 def clients(app, algos, settings, job):
     """Each client's accuracy at the last round of every selected algorithm's run (drawn after :func:`train`,
@@ -171,10 +168,11 @@ def build(app, settings) -> Panel:
             pays = gr.Button(f"Show {SCENARIOS['collab'][0]}", elem_id="train-collab", size="sm")
         with gr.Column(scale=7, min_width=480):
             found = gr.Markdown(elem_id="train-verdict", elem_classes=["note"])
-            acc_plot = plot(label="test accuracy", elem_id="train-acc-plot")
+            acc_plot = plot(label="test accuracy", elem_id="train-acc-plot", elem_classes=["main-plot", "below-note"])
     with gr.Row():
         rank_plot = plot(label="methods ranked", elem_id="train-rank-plot")
         loss_plot = plot(label="test loss", elem_id="train-loss-plot")
+    notes = gr.Markdown(elem_id="train-notes", elem_classes=["note"])
     summary = table(label="summary", elem_id="train-summary", columns=SUMMARY, column_widths=list(SUMMARY.values()),
                     max_height=900)
     gr.Markdown(MB_DOWN, elem_classes=["note"])
@@ -195,5 +193,5 @@ def build(app, settings) -> Panel:
     pays.click(lambda *before: [*choose("collab", *before), "collab", 1], fields, fields + [algos, settings.notice,
                scenario, go], queue=False, api_visibility="private")
     go.change(lambda: 0, None, None, queue=False, api_visibility="private")  # a trigger only
-    return Panel("train", run, stop, status, [algos], [acc_plot, found, loss_plot, rank_plot, summary],
+    return Panel("train", run, stop, status, [algos], [acc_plot, found, loss_plot, rank_plot, notes, summary],
                  triggers=[go.change], then=[("train_clients", [algos], [client_plot, spread_plot])])

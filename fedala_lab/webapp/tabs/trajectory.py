@@ -131,7 +131,7 @@ def build(app, settings) -> Panel:
                 grid = whole_slider(5, 41, 21, "surface grid (points per axis)", "traj-grid", step=2, field="grid")
             run, stop, status = run_stop("traj")
         with gr.Column(scale=7, min_width=480):
-            traj_plot = plot(label="trajectories on the loss surface", elem_id="traj-plot")
+            traj_plot = plot(label="trajectories on the loss surface", elem_id="traj-plot", elem_classes=["main-plot"])
     with gr.Row():
         acc_plot = plot(label="accuracy around K", elem_id="traj-acc-plot")
         check_plot = plot(label="true loss against the surface's", elem_id="traj-check-plot")
