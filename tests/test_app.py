@@ -388,6 +388,9 @@ def test_fedlama_compares_communication_at_equal_steps(app):
     assert run is not None and run.summary()["rounds"] == 6
     row = table.set_index("method").loc["FedLAMA(τ0=5, φ=2)"]
     assert row["upload MB"] == pytest.approx(run.summary()["bytes_up"] / 2**20, abs=0.01)
+    # the run's own best (what the Runs tab lists) is beside the best on the steps all runs evaluate, named so
+    assert row["best acc % (its own rounds, as on Runs)"] == pytest.approx(run.summary()["best_acc"], abs=0.006)
+    assert row["best acc % (steps all evaluate)"] <= row["best acc % (its own rounds, as on Runs)"]
     assert row["download MB"] == pytest.approx(run.summary()["bytes_down"] / 2**20, abs=0.01)
     # the sentence names the rule, the share of bytes and which model is evaluated
     assert "the authors' rule" in found and f"{by['FedLAMA(τ0=5, φ=2)']:.1f} %" in found

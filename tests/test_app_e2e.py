@@ -538,6 +538,9 @@ def test_browser_every_tabs_run_and_main_figure_fit_1280x800(projector):
     page = projector
     _in_view(page, "#data-plot img")  # the Data tab draws on load; its main result is the partition
     page.get_by_role("tab", name="Train & compare").click()
+    # the tallest header: a scenario's notice stands above the tabs
+    page.locator("#scenario").get_by_text("FedProx's setting").click()
+    expect(page.locator("#scenario-notice")).to_contain_text("every tab", timeout=30_000)
     _set(page, "rounds", 5)  # short runs: the layout is the point here
     for tab, (prefix, figure) in TABS.items():
         page.get_by_role("tab", name=tab).click()
@@ -557,7 +560,16 @@ def test_browser_every_tabs_run_and_main_figure_fit_1280x800(projector):
         _in_view(page, f"{figure} img")
         _in_view(page, f"#{prefix}-run")
     page.get_by_role("tab", name="Train & compare").click()
+    verdict = page.locator("#train-verdict")
     _in_view(page, "#train-verdict")  # the verdict on federating, beside the curves
+    # the scenario where federating pays is one click away: it sets Dir(0.5), says so, and runs
+    said = verdict.inner_text()
+    _in_view(page, "#train-collab")
+    page.locator("#train-collab").click()
+    expect(page.locator("#scenario-notice")).to_contain_text("Dirichlet β 0.1 → 0.5", timeout=30_000)
+    expect(verdict).not_to_have_text(said, timeout=300_000)
+    expect(page.locator("#train-status")).to_contain_text("run(s)", timeout=300_000)
+    expect(page.locator("#beta input")).to_have_value("0.5")
     page.get_by_role("tab", name="Runs").click()
     expect(page.locator("#runs-table")).to_contain_text("FedALA", timeout=30_000)
     _in_view(page, "#runs-table")

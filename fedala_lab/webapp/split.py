@@ -1,8 +1,8 @@
 """Which numbers of clients a split can serve, so that no number a student picks ends in an error.
 
 A Dirichlet split redraws until every client holds at least ``least_samples`` images and gives up after
-``max_tries`` draws, so past some number of clients it fails (28 for Dir(0.1) on the 3,000-image subset). A
-pathological split hands each label to the first ⌈N·c/L⌉ clients that still have a free slot (PFLlib's
+``max_tries`` draws, so past some number of clients it fails (well under 100 for Dir(0.1) on the 3,000-image
+subset). A pathological split hands each label to the first ⌈N·c/L⌉ clients that still have a free slot (PFLlib's
 rule; c labels per client, L labels), which leaves a label without a client for some N: with 2 labels per
 client of 10, N = 5, 9, 10, 13… work and 6, 7, 8, 11, 12 do not.
 

@@ -144,6 +144,6 @@ CSS = """
 #app-title p { margin: 0; font-size: 15px; }
 .status { min-height: 1.5em; }
 .note, .note p { font-size: 14px !important; color: var(--body-text-color) !important; }
-.main-plot img { max-height: calc(100vh - 290px) !important; width: auto !important; max-width: 100% !important; }
-.main-plot.below-note img { max-height: calc(100vh - 380px) !important; }
+.main-plot img { max-height: calc(100vh - 340px) !important; width: auto !important; max-width: 100% !important; }
+.main-plot.below-note img { max-height: calc(100vh - 450px) !important; }
 """

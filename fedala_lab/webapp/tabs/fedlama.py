@@ -19,7 +19,7 @@ from ...experiments.plans import comparison_configs
 from ...experiments.presets import preset
 from ...experiments.runs import comparison_runs
 from ..jobs import finished_status, job
-from ..settings import make_config, whole
+from ..settings import DATA_FIELDS, make_config, whole
 from ..widgets import Radio, plot, run_stop, table, whole_slider
 from . import Panel
 
@@ -27,10 +27,14 @@ _PRESET = preset("teach-fedlama")
 RULES = {"authors": "the authors' code: the layer where δ_l reaches 1 − λ_l is relaxed too",
          "spec": "the paper's text: layers are relaxed while δ_l < 1 − λ_l"}
 RULE_NAMES = {"authors": "the authors' rule", "spec": "the paper's rule"}
+SHARED = ("model", "lr", "batch_size", "join_ratio", "seed")  # of TRAIN_FIELDS, the ones this tab takes
 RULE_CHOICES = {"authors": "the authors' code", "spec": "the paper's text"}
 # the table's columns: frame column → header
-COLUMNS = {"label": "method", "final_acc": "final acc %", "bytes_up_mb": "upload MB",
-           "comm_pct": "upload % of FedAvg(τ0)", "bytes_down_mb": "download MB", "best_acc": "best acc %",
+# Accuracies are read where every run evaluates (a fair comparison of runs with different rounds); the run's
+# own best over all its rounds, which the Runs tab lists, is beside them, named so.
+COLUMNS = {"label": "method", "final_acc": "final acc % (last step all evaluate)", "bytes_up_mb": "upload MB",
+           "comm_pct": "upload % of FedAvg(τ0)", "bytes_down_mb": "download MB",
+           "best_acc": "best acc % (steps all evaluate)", "best_acc_all": "best acc % (its own rounds, as on Runs)",
            "steps_per_round": "local steps per round", "phi": "φ", "rounds": "rounds", "total_steps": "local steps"}
 
 
@@ -47,8 +51,11 @@ def fedlama(app, tau0, phi, with_ala, rule, lama_rounds, settings, job):
     if rule not in RULES:
         raise ConfigError("rule", rule, " or ".join(map(repr, RULES)))
     # a round is τ0 local steps, with reshuffling: the teach-fedlama preset (experiments/presets.py)
+    # the shared settings the tab names (the data, model, lr, batch size, join ratio, seed); the rest is the
+    # preset's: its rounds are τ0 steps, and stragglers (a scenario's) have no meaning under FedLAMA's intervals
+    shared = {k: v for k, v in settings.items() if k in DATA_FIELDS + SHARED}
     base = make_config(algo="fedlama", preset_name="teach-fedlama", tau0=tau0, phi=phi, lama_rule=rule,
-                       **{**settings, "rounds": whole(lama_rounds)})
+                       rounds=whole(lama_rounds), **shared)
     cfgs = comparison_configs(base, with_ala=with_ala)
     tic = time.perf_counter()
     got = app.fetch(job, cfgs.values(), lambda store, callback: comparison_runs(
@@ -94,12 +101,6 @@ def build(app, settings) -> Panel:
     p = _PRESET
     with gr.Row(equal_height=False):
         with gr.Column(scale=4, min_width=340):
-            gr.Markdown(
-                "FedLAMA averages each layer every τ0 or φ·τ0 local steps, by how much the clients disagree on it; "
-                "against FedAvg every τ0 and every φ·τ0 steps, all with the same local steps. A round here is τ0 "
-                "steps (its own rounds); data, learning rate, batch size, model, join ratio and seed are the "
-                "shared ones. Accuracy: a global model's (FedLAMA's server model). The FedLAMA paper reports up "
-                "to 70 % less communication on non-IID data.", elem_id="lama-intro", elem_classes=["note"])
             with gr.Row():
                 tau0 = whole_slider(1, 50, p.tau0, "τ0 (local steps per round)", "tau0", field="tau0")
                 phi = whole_slider(1, 8, p.phi, "φ (long interval = φ·τ0)", "phi", field="phi")
@@ -111,6 +112,12 @@ def build(app, settings) -> Panel:
         with gr.Column(scale=7, min_width=480):
             lama_plot = plot(label="accuracy vs upload", elem_id="lama-plot", elem_classes=["main-plot"])
             found = gr.Markdown(elem_id="lama-finding", elem_classes=["note"])
+            gr.Markdown(
+                "FedLAMA averages each layer every τ0 or φ·τ0 local steps, by how much the clients disagree on it; "
+                "against FedAvg every τ0 and every φ·τ0 steps, all with the same local steps. A round here is τ0 "
+                "steps (its own rounds); data, learning rate, batch size, model, join ratio and seed are the "
+                "shared ones. Accuracy: a global model's (FedLAMA's server model). The FedLAMA paper reports up "
+                "to 70 % less communication on non-IID data.", elem_id="lama-intro", elem_classes=["note"])
     frame = table(label="per method", elem_id="lama-table", columns=COLUMNS.values())
     gr.Markdown("\n".join(f"- *{RULE_NAMES[k]}*: {v}" for k, v in RULES.items()), elem_classes=["note"])
     return Panel("fedlama", run, stop, status, [tau0, phi, with_ala, rule, rounds], [lama_plot, frame, found])

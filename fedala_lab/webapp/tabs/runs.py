@@ -188,9 +188,9 @@ def toggle(selected, evt: gr.SelectData):
 
 def build(app, demo) -> tuple[list, list]:
     """The tab; returns (the inputs, the outputs) of :func:`runs`, to refresh it after every job."""
-    gr.Markdown("Runs the app has computed (its own run store, read-only): finished, diverged, and stopped ones "
-                "(their checkpoint waits: Run again with the same settings resumes them). Click runs in the "
-                "list, or pick them below, to compare them.")
+    gr.Markdown("The app's own run store, read-only: finished, diverged and stopped runs (Run again with the same "
+                "settings resumes a stopped one). Click runs in the list, or pick them below, to compare them.",
+                elem_classes=["note"])
     with gr.Row():
         algorithm = Dropdown(ALGORITHM_FILTER, value="", label="algorithm", elem_id="runs-algo", min_width=140,
                              field="algorithm")
@@ -203,7 +203,7 @@ def build(app, demo) -> tuple[list, list]:
         text = gr.Textbox("", label="text", placeholder="any text in the list, e.g. lr 0.05", elem_id="runs-text",
                           min_width=160)
         refresh = gr.Button("Refresh", elem_id="runs-refresh", scale=0, min_width=110)
-    listing = table(label="runs (click one to compare it)", elem_id="runs-table", max_height=320, columns=LISTED,
+    listing = table(label="runs (click one to compare it)", elem_id="runs-table", max_height=280, columns=LISTED,
                     column_widths=list(LISTED.values()))
     selection = gr.Dropdown([], value=[], multiselect=True, label="runs to compare", elem_id="run-name",
                             allow_custom_value=True)

@@ -165,9 +165,9 @@ def build(app, settings) -> Panel:
                              elem_id="algos", field="algos")
             gr.Markdown(TRAIN_ALGOS_INFO, elem_id="algos-info", elem_classes=["note"])
             run, stop, status = run_stop("train")
-            pays = gr.Button(f"Show {SCENARIOS['collab'][0]}", elem_id="train-collab", size="sm")
         with gr.Column(scale=7, min_width=480):
             found = gr.Markdown(elem_id="train-verdict", elem_classes=["note"])
+            pays = gr.Button(f"Show {SCENARIOS['collab'][0]} →", elem_id="train-collab", size="sm")
             acc_plot = plot(label="test accuracy", elem_id="train-acc-plot", elem_classes=["main-plot", "below-note"])
     with gr.Row():
         rank_plot = plot(label="methods ranked", elem_id="train-rank-plot")

@@ -117,9 +117,6 @@ def build(app, settings) -> Panel:
     d = DEFAULTS
     with gr.Row(equal_height=False):
         with gr.Column(scale=4, min_width=340):
-            gr.Markdown("Paper Fig. 4: one client's local models on its loss surface, FedAvg (black) vs FedALA "
-                        "(blue), FedALA being FedAvg until round K and using ALA after it (shared rounds grey). Red "
-                        "circles: start of a round, green squares: its end.", elem_classes=["note"])
             setting = Radio([(v, k) for k, v in SETTINGS.items()], value="paper", label="data", elem_id="traj-setting",
                             field="setting")
             # client 7 holds ≈ 300 training images in the default pathological split (client 4, the paper's, 45)
@@ -132,6 +129,9 @@ def build(app, settings) -> Panel:
             run, stop, status = run_stop("traj")
         with gr.Column(scale=7, min_width=480):
             traj_plot = plot(label="trajectories on the loss surface", elem_id="traj-plot", elem_classes=["main-plot"])
+            gr.Markdown("Paper Fig. 4: one client's local models on its loss surface, FedAvg (black) vs FedALA "
+                        "(blue), FedALA being FedAvg until round K and using ALA after it (shared rounds grey). Red "
+                        "circles: start of a round, green squares: its end.", elem_classes=["note"])
     with gr.Row():
         acc_plot = plot(label="accuracy around K", elem_id="traj-acc-plot")
         check_plot = plot(label="true loss against the surface's", elem_id="traj-check-plot")
