@@ -744,3 +744,13 @@ def test_many_methods_draw_the_best_few_in_colour(app):
     assert len(grey) == len(algos) - len(coloured)
     legend = [t.get_text() for t in acc.axes[0].get_legend().get_texts()]
     assert set(legend) == coloured | {f"{len(grey)} others (grey)"}
+
+
+def test_every_method_offered_has_a_colour_of_its_own():
+    """Two methods in one colour read as one curve: APPLE's dips were taken for pFedMe's (both were magenta).
+    A method's +ALA version keeps its colour (with its own line style) by design."""
+    from fedala_lab.figures.style import colour_for
+
+    methods = [a for _, a in TRAIN_ALGOS if "+ala" not in a]
+    colours = {a: colour_for(a) for a in methods}
+    assert len(set(colours.values())) == len(methods), colours

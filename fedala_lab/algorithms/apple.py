@@ -145,6 +145,6 @@ PARAMS = (
           "0: no pull)"),
 )
 
-SPEC = make_spec("apple", APPLE, label="APPLE", params=PARAMS, colour="mediumvioletred", line_style=":",
+SPEC = make_spec("apple", APPLE, label="APPLE", params=PARAMS, colour="sienna", line_style=":",
                  category="personalised aggregation", modifiers=(), builtin=True, communication="(1+M)·Σ",
                  doc="Luo & Wu, IJCAI 2022")

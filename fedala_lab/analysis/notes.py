@@ -5,7 +5,9 @@
 Some methods are scored on a model other than the one they federate, which shows in their first rounds:
 pFedMe on each client's personal model θ_i (the untrained initial model until the client's first local
 training), Per-FedAvg on the global model after one adaptation step on the client's data, FedAvg-C and
-FedProx-C on a fine-tuned copy. The app writes these notes under its curves and notebook 8 beside its own.
+FedProx-C on a fine-tuned copy. APPLE's curve can dip by tens of points for a few rounds and recover (on the
+teach preset, seed 0): said with the run's own numbers when it does. The app writes these notes under its
+curves and notebook 8 beside its own.
 """
 
 from __future__ import annotations
@@ -42,7 +44,27 @@ def _method(run) -> str:
     return run.config.algo.split("+")[0]
 
 
-NOTES = {"pfedme": _pfedme, "perfedavg": _adapted, "fedavg-c": _adapted, "fedprox-c": _adapted}
+def _dips(run, label: str) -> str:
+    """A method whose pooled accuracy falls sharply and recovers: where, by how much, and how many clients."""
+    r = run.rounds.dropna(subset=["acc"]).set_index("round")["acc"] * 100
+    peak = r.cummax()
+    depth = (peak - r)[r.index > 5]  # not the first rounds' climb
+    if depth.empty or depth.max() < DIP_POINTS:
+        return ""
+    t = int(depth.idxmax())
+    recovered = (r[r.index > t] >= peak[t] - DIP_POINTS / 2).any()
+    c = run.clients.dropna(subset=["test_acc"]).pivot(index="round", columns="client", values="test_acc") * 100
+    fell = int(((c.loc[t - 1] - c.loc[t]) > DIP_POINTS).sum()) if t - 1 in c.index else 0
+    return (f"*{label}*'s curve dips: {r[t]:.1f} % in round {t}, {depth.max():.1f} points below its best so far"
+            + (", and recovers" if recovered else "") + f" ({fell} of {c.shape[1]} clients fell by more than "
+            f"{DIP_POINTS:g} points that round). Each of its clients' models is a learned mixture of every client's "
+            "model, re-mixed every round, and a round's mix can set many clients back at once: the method's own "
+            "training, not a drawing error.")
+
+
+DIP_POINTS = 10.0  # a fall of this many points after a best is worth a word
+
+NOTES = {"apple": _dips, "pfedme": _pfedme, "perfedavg": _adapted, "fedavg-c": _adapted, "fedprox-c": _adapted}
 
 
 def curve_notes(runs, labels=None) -> list[str]:
@@ -54,5 +76,7 @@ def curve_notes(runs, labels=None) -> list[str]:
         base = _method(run)
         if base in NOTES and base not in seen and len(run.rounds) > 1:
             seen.add(base)
-            out.append(NOTES[base](run, label))
+            note = NOTES[base](run, label)
+            if note:
+                out.append(note)
     return out
