@@ -239,6 +239,8 @@ class Jobs:
             key, now = (getattr(request, "session_hash", None), name), time.monotonic()
             with self._refused_lock:
                 last = self._refused.get(key)
+                if len(self._refused) > 10_000:  # sessions come and go: never a growing table in a long-lived app
+                    self._refused.clear()
                 self._refused[key] = (values, now)
             if key[0] and last is not None and last[0] == values and now - last[1] < REPEAT_S:
                 message = err.message if isinstance(err, gr.Error) else html_text(str(err))

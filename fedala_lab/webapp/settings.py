@@ -202,6 +202,7 @@ def train_settings(settings: Settings) -> None:
         mu = Number(d["mu"], label="FedProx μ", elem_id="mu", field="mu")
         stragglers = Slider(0.0, 0.95, value=d["stragglers"], step=0.05, elem_id="stragglers", field="stragglers",
                             label="stragglers (FedAvg drops them)", min_width=200)
+    with gr.Row():  # a row of their own: seven widgets in one clipped the sliders' end labels at 1280 px
         eta, s, p = ala_settings("")
     settings.widgets.update(model=model, rounds=rounds, join_ratio=join_ratio, batch_size=batch_size, seed=seed,
                             local_epochs=local_epochs, lr=lr, mu=mu, stragglers=stragglers, eta=eta, s=s, p=p)
