@@ -87,7 +87,10 @@ def test_partition_draws_who_holds_which_labels(app):
         ({"num_clients": 12.5}, "num_clients=12.5 is not allowed"),
         ({"beta": None}, "beta=None is not allowed"),
         ({"partition": "pathological", "classes_per_client": 11}, "classes_per_client=11 is not allowed"),
-        ({"dataset": "imagenet"}, "dataset='imagenet' is not allowed"),
+        ({"dataset": "imagenet"}, "dataset='imagenet' is not allowed: one of mnist_mini, digits"),
+        ({"dataset": "pfllib:/etc"}, "dataset='pfllib:/etc' is not allowed: one of mnist_mini"),  # never a path
+        ({"partition": "x"}, "partition='x' is not allowed: one of iid"),
+        ({"classes_per_client": 11}, "classes_per_client=11 is not allowed: a whole number from 1 to 10"),
     ],
 )
 def test_partition_bad_inputs_are_visible_errors(app, bad, message):

@@ -11,7 +11,7 @@ from ...analysis.tables import data_title
 from ...errors import ConfigError
 from ...experiments.runs import get_or_run
 from ..jobs import finished_status, friendly, job
-from ..settings import make_config, whole
+from ..settings import DATASET_CHOICES, PARTITION_CHOICES, make_config, whole
 from ..split import HIGHEST, LOWEST, served, spans
 from ..widgets import LIGHT, Radio, checked_choice, checked_number, plot, run_stop, table, whole_slider
 from . import Panel
@@ -37,9 +37,12 @@ def partition(app, dataset, partition, num_clients, beta, classes_per_client, ki
     args = (dataset, partition, num_clients, beta, classes_per_client, kind)
     # the page sends the values unchecked (preprocess=False): checked here, so that β's Enter and then its focus
     # leaving give one message, not two (the widgets' own checks would refuse each)
-    with app.once(request, "partition", args):
+    with app.once(request, "partition", args):  # the widgets' own checks, in the parameters' order
+        checked_choice("dataset", dataset, DATASET_CHOICES)  # never a path: only the data sets the page offers
+        checked_choice("partition", partition, PARTITION_CHOICES)
         checked_number("num_clients", num_clients, LOWEST, HIGHEST, whole=True)
-        checked_number("classes_per_client", classes_per_client, 1, None, whole=True)
+        checked_number("beta", beta)
+        checked_number("classes_per_client", classes_per_client, 1, 10, whole=True)
         checked_choice("kind", kind, KINDS)
         cfg = make_config(dataset=dataset, partition=partition, num_clients=num_clients, beta=beta,
                           classes_per_client=classes_per_client).data
