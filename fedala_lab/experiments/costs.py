@@ -1,4 +1,4 @@
-"""Seconds per round measured so that a machine's load cannot reorder the methods (compute only).
+"""Seconds per round measured so that a machine's load cannot reorder the methods (it runs simulations).
 
     >>> interleaved_costs([preset("teach", algo=a) for a in ("fedavg", "fedala")], rounds=4, repeats=3)
 
