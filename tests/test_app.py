@@ -65,7 +65,7 @@ def test_defaults_are_the_teach_preset():
 def test_partition_draws_who_holds_which_labels(app):
     from fedala_lab.data.federated import FederatedData
 
-    fig, table = app.partition(**DATA)
+    fig, table, slider, note = app.partition(**DATA)
     data = FederatedData.from_config(ui.make_config(**DATA).data)
     counts = data.label_counts().groupby(["client", "label"])["count"].sum()
     ax = fig.axes[0]
@@ -73,7 +73,8 @@ def test_partition_draws_who_holds_which_labels(app):
     assert ax.get_xlabel() == "client" and ax.get_ylabel() == "label" and "Dir(β=0.1)" in ax.get_title()
     assert list(table["client"]) == list(range(10))
     assert table["train"].sum() + table["test"].sum() == 1797
-    fig, _ = app.partition(**{**DATA, "partition": "pathological", "classes_per_client": 2}, kind="heatmap")
+    assert slider.value == 10 and "serves" in note  # the clients slider spans what this split serves
+    fig, *_ = app.partition(**{**DATA, "partition": "pathological", "classes_per_client": 2}, kind="heatmap")
     assert fig.axes[0].images and len(fig.axes) == 2  # heatmap and its colorbar
 
 
@@ -82,9 +83,14 @@ def test_partition_draws_who_holds_which_labels(app):
     [
         ({"beta": 0.0}, "beta=0.0 is not allowed"),
         ({"beta": -1.0}, "beta=-1.0 is not allowed"),
-        ({"num_clients": 2000}, "at most the 1797 samples of digits"),
+        ({"num_clients": 2000}, "num_clients=2000 is not allowed: a whole number from 2 to 100"),
+        ({"num_clients": 12.5}, "num_clients=12.5 is not allowed"),
+        ({"beta": None}, "beta=None is not allowed"),
         ({"partition": "pathological", "classes_per_client": 11}, "classes_per_client=11 is not allowed"),
-        ({"dataset": "imagenet"}, "dataset='imagenet' is not allowed"),
+        ({"dataset": "imagenet"}, "dataset='imagenet' is not allowed: one of mnist_mini, digits"),
+        ({"dataset": "pfllib:/etc"}, "dataset='pfllib:/etc' is not allowed: one of mnist_mini"),  # never a path
+        ({"partition": "x"}, "partition='x' is not allowed: one of iid"),
+        ({"classes_per_client": 11}, "classes_per_client=11 is not allowed: a whole number from 1 to 10"),
     ],
 )
 def test_partition_bad_inputs_are_visible_errors(app, bad, message):
@@ -94,7 +100,7 @@ def test_partition_bad_inputs_are_visible_errors(app, bad, message):
 
 def test_train_curves_summary_progress_and_cache(app):
     rec = Progress()
-    acc_fig, loss_fig, table, status = app.train(["fedavg", "fedala"], **SMALL, progress=rec)
+    acc_fig, verdict, loss_fig, rank_fig, _, table, status = app.train(["fedavg", "fedala"], **SMALL, progress=rec)
     store = app.store
     runs = [store.find(ui.make_config(algo=a, **SMALL)) for a in ("fedavg", "fedala")]
     assert all(r is not None for r in runs)
@@ -105,8 +111,14 @@ def test_train_curves_summary_progress_and_cache(app):
     assert len(loss_fig.axes[0].get_lines()) == 2 and loss_fig.axes[0].get_ylabel() == "test loss"
     assert list(table["algorithm"]) == ["FedAvg", "FedALA"]
     assert list(table["run"]) == [r.path.name for r in runs]
-    assert table["best acc %"].tolist() == pytest.approx([round(r.summary()["best_acc"], 2) for r in runs])
+    assert table["best acc % (pooled)"].tolist() == pytest.approx([round(r.summary()["best_acc"], 2) for r in runs])
     assert set(table["source"]) == {"computed"} and status.startswith("2 run(s) in")
+    # the methods ranked by final accuracy, best on top, and a verdict in the runs' own numbers
+    ticks = sorted(rank_fig.axes[0].get_yticklabels(), key=lambda t: -t.get_position()[1])  # top first
+    ranked = [t.get_text() for t in ticks]
+    assert ranked == sorted(["FedAvg", "FedALA"], key=lambda a: -table.set_index("algorithm").loc[
+        a, "final acc % (pooled)"])
+    assert "Tick *Local*" in verdict and f"{runs[1].summary()['final_acc']:.2f} %" in verdict
     # progress: every round of both runs, with its accuracy, out of the total of 10 rounds
     round_reports = [(p, d) for p, d in rec.calls if d and "round" in d and "accuracy" in d]
     assert len(round_reports) == 10
@@ -117,7 +129,7 @@ def test_train_curves_summary_progress_and_cache(app):
     *_, table2, status2 = app.train(["fedavg", "fedala"], **SMALL, progress=rec2)
     assert set(table2["source"]) == {"run store"} and "(2 from the run store)" in status2
     assert not [d for d in rec2.descs if "accuracy" in d]  # nothing simulated
-    assert table2["best acc %"].tolist() == table["best acc %"].tolist()
+    assert table2["best acc % (pooled)"].tolist() == table["best acc % (pooled)"].tolist()
 
 
 def test_train_refuses_bad_settings_before_any_work(app):
@@ -132,19 +144,25 @@ def test_train_refuses_bad_settings_before_any_work(app):
 
 
 def test_stop_keeps_the_checkpoint_and_run_again_resumes(app, tmp_path):
+    import threading
+
     from fedala_lab.engine.simulate import simulate
 
     settings = {**SMALL, "rounds": 8, "seed": 5}
     request = types.SimpleNamespace(session_hash="lecturer")
+    answers = []
 
-    def click_stop_in_round_3(progress, desc):
-        if desc and "round 3/" in desc:
-            assert app.stop(request).startswith("Stopping after the current round…")
+    def click_stop_in_round_3(progress, desc):  # Stop comes from another request, as the page's does
+        if desc and "round 3/" in desc and not answers:
+            answers.append(threading.Thread(target=lambda: answers.append(app.stop(request))))
+            answers[0].start()
 
-    acc_fig, _, table, status = app.train(
+    acc_fig, _, _, _, _, table, status = app.train(
         ["fedala"], **settings, progress=Progress(click_stop_in_round_3), request=request
     )
+    answers[0].join(timeout=30)
     assert status == "Stopped after round 4 of 8 (checkpoint kept: Run again resumes)."
+    assert answers[1] == status  # Stop answers, once the job has stopped, with the job's own line
     # what was done so far is shown: the partial curve, and the run's row saying where it stopped
     (line,) = acc_fig.axes[0].get_lines()
     assert line.get_label() == "FedALA (stopped at round 4)" and list(line.get_xdata()) == [1, 2, 3, 4]
@@ -170,6 +188,24 @@ def test_stop_keeps_the_checkpoint_and_run_again_resumes(app, tmp_path):
     # Stop once the job has finished (or from a session with no job) is harmless
     assert app.stop(request) == "Nothing is running."
     assert app.stop(types.SimpleNamespace(session_hash="nobody")) == "Nothing is running."
+
+
+def test_stop_of_a_sweep_says_what_was_kept(app):
+    import threading
+
+    request = types.SimpleNamespace(session_hash="sweeper")
+    answers = []
+
+    def stop_in_the_second_run(progress, desc):
+        if desc and "(2/3): round 2/" in desc and not answers:
+            answers.append(threading.Thread(target=lambda: answers.append(app.stop(request))))
+            answers[0].start()
+
+    *_, status = app.train(["fedavg", "fedprox", "local"], **{**SMALL, "seed": 41}, request=request,
+                           progress=Progress(stop_in_the_second_run))
+    answers[0].join(timeout=30)
+    assert status.startswith("Stopped after round 3 of 5 (FedProx (2/3); checkpoint kept")
+    assert "1 of 3 runs finished before it and are kept in the run store." in status and answers[1] == status
 
 
 def acc_at(store, cfg, t: int) -> np.ndarray:
@@ -214,8 +250,13 @@ def test_ala_inside_recomputes_when_the_client_was_not_tracked(app):
 
 
 def test_train_offers_local_and_draws_each_clients_accuracy(app):
-    *_, table, _ = app.train(["fedavg", "fedala", "local"], **SMALL)
+    _, verdict, *_, table, _ = app.train(["fedavg", "fedala", "local"], **SMALL)
     assert list(table["algorithm"]) == ["FedAvg", "FedALA", "Local"]
+    # the verdict says whether federating paid, in the numbers of these runs
+    final = dict(zip(table["algorithm"], table["final acc % (pooled)"]))
+    paid = max(final["FedAvg"], final["FedALA"]) > final["Local"]
+    assert ("Federating pays here" if paid else "Here federating does not pay") in verdict
+    assert f"{final['Local']:.2f} %" in verdict
     per_client, spread = app.train_clients(["fedavg", "fedala", "local"], **SMALL)
     ax = per_client.axes[0]
     assert [t.get_text().split(":")[0] for t in ax.get_legend().get_texts()] == ["FedAvg", "FedALA", "Local"]
@@ -234,7 +275,7 @@ def test_train_offers_the_papers_pfl_baselines_and_ala_on_them(app):
     assert "fedfomo+ala" not in offered and "apple+ala" not in offered
     *_, table, _ = app.train(["ditto", "ditto+ala", "fedfomo"], **SMALL)
     assert list(table["algorithm"]) == ["Ditto", "Ditto+ALA", "FedFomo"]
-    assert (table["final acc %"] > 10).all()  # above chance on 10 classes
+    assert (table["final acc % (pooled)"] > 10).all()  # above chance on 10 classes
     # FedFomo downloads several client models a round: more bytes down than Ditto's one model
     assert table["MB down"].iloc[2] > table["MB down"].iloc[0]
 
@@ -245,7 +286,7 @@ def test_stop_before_a_queued_job_starts_keeps_what_the_page_shows(app):
     assert app.stop(request) == "The job waiting in the queue will not start."
     rec = Progress()
     out = app.train(["fedavg"], **{**SMALL, "seed": 31}, progress=rec, request=request)
-    assert out == (gr.skip(), gr.skip(), gr.skip(), "Stopped before it started.")
+    assert out == (*[gr.skip()] * 6, "Stopped before it started: nothing ran, the page keeps what it showed.")
     assert not [d for d in rec.descs if "round" in d]
     # the next click is a fresh job
     app.arm("train")(request)
@@ -254,7 +295,7 @@ def test_stop_before_a_queued_job_starts_keeps_what_the_page_shows(app):
 
 
 def test_trajectory_draws_fig4(app):
-    fig, acc, table, note = app.trajectory(2, 5, 2, 7, "settings", **{**SMALL, "rounds": 8})
+    fig, acc, check, table, note = app.trajectory(2, 5, 2, 7, "settings", **{**SMALL, "rounds": 8})
     from matplotlib.contour import ContourSet
     from matplotlib.quiver import Quiver
 
@@ -280,6 +321,14 @@ def test_trajectory_draws_fig4(app):
     # what it shows, in words with its numbers
     assert "rounds 3–8" in note and "after round 5" in note and "Start of a round" in note
     assert f"{table['start-of-round loss (mean after K)'].iloc[1]:.2f}" in note
+    # plot and table side by side: each run's true end-of-round loss against the contour under its marker
+    lines = {ln.get_label(): ln for ln in check.axes[0].get_lines()}
+    assert set(lines) == {"FedAvg: true loss", "FedAvg: contour under its marker", "FedALA: true loss",
+                          "FedALA: contour under its marker"}
+    assert list(lines["FedALA: true loss"].get_xdata()) == [6, 7, 8]
+    assert lines["FedALA: true loss"].get_ydata()[-1] == pytest.approx(
+        table["final end-of-round loss"].iloc[1], abs=5e-5)
+    assert "Reading the contours" in note and "off the plotted plane" in note
     with pytest.raises(gr.Error, match="K=8 is not allowed"):
         app.trajectory(2, 8, 2, 7, "settings", **{**SMALL, "rounds": 8})
     with pytest.raises(gr.Error, match="client=10 is not allowed: a client id from 0 to 9"):
@@ -298,6 +347,15 @@ def test_ablation_sweeps_p_and_refuses_p_beyond_the_model(app):
         runs = [app.store.find(ui.make_config(algo="fedala", **{**SMALL, "p": p, "seed": k})) for k in (0, 1)]
         assert row["best acc %"] == pytest.approx(np.mean([r.summary()["best_acc"] for r in runs]), abs=0.01)
     assert "std over 2 seeds" in found
+    # one value: nothing to compare, said so (never "0.00 points apart")
+    *_, found, _ = app.ablation("p", "1", 1, **SMALL)
+    assert "One value, p = 1" in found and "points apart" not in found
+    # s: ALA's cost counted (images through ALA per round, all clients), which grows with s whatever the load
+    _, frame, _, _ = app.ablation("s", "5,50,100", 1, **SMALL)
+    images = frame["ALA images per round (counted)"].tolist()
+    assert images == sorted(images) and images[0] < images[-1] and "ALA ms per round (timed)" in frame
+    run = app.store.find(ui.make_config(algo="fedala", **{**SMALL, "s": 100.0}))
+    assert images[-1] == sum(run.meta["train_sizes"])  # s = 100: every training image once
     with pytest.raises(gr.Error, match="p=9 is not allowed"):
         app.ablation("p", "1,9", 1, **SMALL)
     with pytest.raises(gr.Error, match="values="):
@@ -333,6 +391,9 @@ def test_fedlama_compares_communication_at_equal_steps(app):
     assert run is not None and run.summary()["rounds"] == 6
     row = table.set_index("method").loc["FedLAMA(τ0=5, φ=2)"]
     assert row["upload MB"] == pytest.approx(run.summary()["bytes_up"] / 2**20, abs=0.01)
+    # the run's own best (what the Runs tab lists) is beside the best on the steps all runs evaluate, named so
+    assert row["best acc % (its own rounds, as on Runs)"] == pytest.approx(run.summary()["best_acc"], abs=0.006)
+    assert row["best acc % (steps all evaluate)"] <= row["best acc % (its own rounds, as on Runs)"]
     assert row["download MB"] == pytest.approx(run.summary()["bytes_down"] / 2**20, abs=0.01)
     # the sentence names the rule, the share of bytes and which model is evaluated
     assert "the authors' rule" in found and f"{by['FedLAMA(τ0=5, φ=2)']:.1f} %" in found
@@ -379,21 +440,24 @@ def test_runs_tab_lists_stopped_runs_filters_and_compares(app):
 
     def stop_in_round_1(progress, desc):
         if desc and "round 1/" in desc:
-            app.stop(request)
+            app.stops.stop(request.session_hash, wait=0)  # the flag only: Stop's answer is tested above
 
     app.train(["fedala"], **{**SMALL, "seed": 9, "rounds": 6}, progress=Progress(stop_in_round_1), request=request)
     listed, *_ = app.runs("")
     stopped = listed[listed["status"].str.startswith("stopped")]
-    assert list(stopped["status"]) == ["stopped at round 2"]
+    mine = app.store.name_for(ui.make_config(algo="fedala", **{**SMALL, "seed": 9, "rounds": 6}))
+    assert list(stopped.loc[stopped["name"] == mine, "status"]) == ["stopped at round 2"]
+    stopped = stopped[stopped["name"] == mine]
     assert set(listed.columns) >= {"date", "algorithm", "data", "clients", "settings", "rounds", "status",
                                    "best acc %", "final acc %", "name"}
     fedala = listed[listed["algorithm"] == "FedALA"]
-    assert (fedala["settings"].str.contains("η 1, s 80, p")).all() and (fedala["data"] == "digits Dir(0.1)").any()
+    assert fedala["settings"].str.contains(r"η [\d.]+, s \d+, p", regex=True).all()
+    assert (fedala["data"] == "digits Dir(0.1)").any()
     # filters: algorithm, status, text
     only, *_ = app.runs("", algorithm="fedavg")
     assert set(only["algorithm"]) == {"FedAvg"}
     only, *_ = app.runs("", status="stopped")
-    assert list(only["name"]) == list(stopped["name"])
+    assert mine in list(only["name"]) and set(only["status"].str[:7]) == {"stopped"}
     only, *_ = app.runs("", text="S 80, P 2")
     assert len(only) and only["settings"].str.contains("s 80, p 2").all()
     # several runs: their curves on one plot (the stopped one's rounds so far too), a table comparing them
@@ -401,7 +465,7 @@ def test_runs_tab_lists_stopped_runs_filters_and_compares(app):
     _, selection, fig, details, compared = app.runs(pick)
     assert selection.value == pick
     lines = fig.axes[0].get_lines()
-    assert len(lines) == 2 and lines[1].get_label().endswith("(stopped at round 2), digits Dir(0.1)")
+    assert len(lines) == 2 and "(stopped at round 2), digits Dir(0.1)" in lines[1].get_label()
     assert list(lines[1].get_xdata()) == [1, 2]
     assert list(compared["run"]) == pick and list(compared["status"]) == ["complete", "stopped at round 2"]
     assert details["name"] == pick[-1] and details["summary"]["status"] == "partial"
@@ -454,7 +518,7 @@ def test_warm_up_runs_the_default_path_quietly(caplog, tmp_path, monkeypatch):
 
 
 def test_trajectory_follows_the_papers_protocol_by_default(app):
-    _, _, table, note = app.trajectory(2, 5, 2, 7, "paper", **{**SMALL, "rounds": 8})
+    _, _, _, table, note = app.trajectory(2, 5, 2, 7, "paper", **{**SMALL, "rounds": 8})
     assert "pathological, 2 labels per client" in note.split(":")[0]
     assert list(table["run"]) == ["FedAvg", "FedALA"]
     with pytest.raises(gr.Error, match="setting='nope'"):
@@ -481,10 +545,12 @@ def test_recorded_figures_are_offered_with_their_findings_or_how_to_make_them(tm
 
 
 def test_data_problems_are_told_in_the_apps_terms(app, tmp_path, monkeypatch):
-    # a Dirichlet split the 3,000-image subset cannot give 50 clients: the app's controls, not least_samples
-    with pytest.raises(gr.Error, match=r"cannot split 3,000 images among 50 clients.*fewer clients or a larger β"):
-        app.partition(**{**DATA, "dataset": "mnist_mini", "partition": "dirichlet", "num_clients": 50,
-                         "beta": 0.1})
+    # a Dirichlet split the 3,000-image subset cannot give 50 clients: moved to what it serves, said in the
+    # app's terms (clients, β, images), not the library's least_samples
+    *_, slider, note = app.partition(**{**DATA, "dataset": "mnist_mini", "partition": "dirichlet",
+                                        "num_clients": 50, "beta": 0.1})
+    assert slider.value < 50 and f"clients N 50 → {slider.value}" in note
+    assert f"Dir(0.1) cannot give {slider.value + 1} clients at least" in note and "of the 3,000 images" in note
     # files not on this machine: the Download button, never a fetch by itself
     monkeypatch.setenv("FEDALA_LAB_DATA", str(tmp_path))
     with pytest.raises(gr.Error, match="fashion_mnist is not on this machine.*Download"):
@@ -502,8 +568,8 @@ def test_fedprox_scenario_sets_stragglers_and_both_methods_train(app):
         ("pathological", 2, 5, 0.9, 1.0) and algos == ["fedavg", "fedprox"]
     assert dict(zip(SCENARIO_FIELDS, scenario_values("teach")[0]))["stragglers"] == 0.0
     small = {**SMALL, "partition": "pathological", "local_epochs": 2, "stragglers": 0.5, "mu": 0.1}
-    _, _, table, _ = app.train(["fedavg", "fedprox"], **small)
-    assert list(table["algorithm"]) == ["FedAvg", "FedProx"] and table["best acc %"].notna().all()
+    *_, table, _ = app.train(["fedavg", "fedprox"], **small)
+    assert list(table["algorithm"]) == ["FedAvg", "FedProx"] and table["best acc % (pooled)"].notna().all()
     runs = [app.store.find(ui.make_config(algo=a, **small)) for a in ("fedavg", "fedprox")]
     assert all((r.rounds["stragglers"] > 0).all() for r in runs)
     assert (runs[0].rounds["dropped"] > 0).all() and (runs[1].rounds["dropped"] == 0).all()
@@ -551,3 +617,143 @@ def test_heterogeneity_ladder_runs_fedavg_on_every_split_over_seeds(app):
     assert "run(s)" in status
     with pytest.raises(gr.Error, match="seeds=9 is not allowed"):
         app.ladder(9, **small)
+
+
+def test_ablation_stopped_after_one_value_says_so(app):
+    import threading
+
+    request = types.SimpleNamespace(session_hash="ablation-stop")
+    answers = []
+
+    def stop_in_the_second_value(progress, desc):
+        if desc and "p=3, seed 0" in desc and "round 2/" in desc and not answers:
+            answers.append(threading.Thread(target=lambda: answers.append(app.stop(request))))
+            answers[0].start()
+
+    _, frame, found, status = app.ablation("p", "1,3", 1, **{**SMALL, "rounds": 4}, request=request,
+                                           progress=Progress(stop_in_the_second_value))
+    answers[0].join(timeout=30)
+    assert list(frame["p"]) == [1]
+    assert "Only p = 1 finished with all its seeds before Stop" in found and "points apart" not in found
+    assert status.startswith("Stopped after round 3 of 4") and "Drawn: the 1 value(s)" in status
+    assert answers[1] == status
+
+
+def test_clients_slider_offers_only_what_the_split_serves(app):
+    from fedala_lab.webapp.split import served
+
+    # digits, Dir(0.1): the partition scan finds the largest N it serves; every N offered draws
+    ok = served(ui.make_config(**DATA).data)
+    assert ok.lo == 2 and 10 < ok.hi < 100 and ok.ns == tuple(range(2, ok.hi + 1))
+    for n in (ok.hi, ok.hi // 2):
+        _, table, slider, note = app.partition(**{**DATA, "num_clients": n})
+        assert len(table) == n and slider.value == n and (slider.minimum, slider.maximum) == (ok.lo, ok.hi)
+    # a number it cannot serve is moved to the nearest it can, and the line says why: never an error
+    _, table, slider, note = app.partition(**{**DATA, "num_clients": ok.hi + 1})
+    assert len(table) == ok.hi and slider.value == ok.hi
+    assert f"clients N {ok.hi + 1} → {ok.hi}" in note and f"cannot give {ok.hi + 1} clients" in note
+    # pathological, 2 labels of 10 per client: PFLlib's rule serves 5, 9, 10, 13… but not 6
+    _, table, slider, note = app.partition(**{**DATA, "partition": "pathological", "num_clients": 6})
+    assert len(table) == 5 and "clients N 6 → 5" in note and "leaves a label without a client" in note
+    # a job sent a number the split cannot serve is refused at once, naming the field and the numbers
+    with pytest.raises(gr.Error, match=rf"num_clients={ok.hi + 1} is not allowed: a number of clients this split "
+                                       rf"serves: 2–{ok.hi}"):
+        app.train(["fedavg"], **{**SMALL, "num_clients": ok.hi + 1})
+
+
+def test_hundred_clients_at_dir_001_are_refused_fast(app):
+    import time
+
+    tic = time.perf_counter()
+    with pytest.raises(gr.Error, match=r"num_clients=100 is not allowed: a number of clients this split serves: "
+                                       r"2–\d+ \(Dir\(0.01\) cannot give \d+ clients"):
+        app.train(["fedavg"], **{**SMALL, "dataset": "mnist_mini", "num_clients": 100, "beta": 0.01})
+    assert time.perf_counter() - tic < 6  # was 11 s: 100,000 draws before the refusal; now one scan, cached
+
+
+def test_refused_twice_in_a_row_shows_one_message(app):
+    request = types.SimpleNamespace(session_hash="enter-then-blur")
+    bad = {**DATA, "beta": 0.0}
+    with pytest.raises(gr.Error, match="beta=0.0 is not allowed") as first:
+        app.partition(**bad, request=request)
+    with pytest.raises(gr.Error, match="beta=0.0 is not allowed") as again:  # β's box losing focus
+        app.partition(**bad, request=request)
+    assert first.value.visible and not again.value.visible
+    with pytest.raises(gr.Error) as other:  # another session, or another value: shown
+        app.partition(**bad, request=types.SimpleNamespace(session_hash="someone-else"))
+    assert other.value.visible
+
+
+def test_out_of_range_seeds_are_refused_and_the_runs_tab_survives_one(app, tmp_path):
+    from fedala_lab.webapp.settings import SEED_MAX
+
+    demo = ui.build_app(store=tmp_path)
+    seed = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "seed")
+    with pytest.raises(gr.Error, match=rf"seed=18446744073709551616 is not allowed: a whole number from 0 to {SEED_MAX}"):
+        seed.preprocess(2**64)
+    assert seed.preprocess(SEED_MAX) == SEED_MAX
+    # a run stored by a script with such a seed: listed (its seed as text), compared, never an error
+    own = ui.LectureApp(tmp_path)
+    get_or_run(ui.make_config(algo="fedavg", **{**SMALL, "rounds": 2, "seed": 2**64}), own.store, progress=False)
+    listing, *_ = own.runs("")
+    assert list(listing["seed"]) == [str(2**64)]
+    *_, details, compared = own.runs(listing["name"].iloc[0])
+    assert details["config"]["seed"] == str(2**64) and list(compared["seed"]) == [str(2**64)]
+
+
+def test_fedlama_rule_is_checked_by_the_page_naming_the_field(tmp_path):
+    demo = ui.build_app(store=tmp_path)
+    rule = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "lama-rule")
+    with pytest.raises(gr.Error, match=r"rule='../x' is not allowed: one of authors, spec"):
+        rule.preprocess("../x")
+    assert rule.preprocess("spec") == "spec"
+
+
+def test_runs_picker_and_legend_tell_two_fedala_runs_apart(app):
+    from fedala_lab.webapp.tabs.runs import distinct
+
+    a = ui.make_config(algo="fedala", **SMALL)
+    b = a.replace(eta=0.5)
+    assert distinct([a, b], ["x-1", "x-2"]) == ["FedALA, digits Dir(0.1), eta 1.0", "FedALA, digits Dir(0.1), eta 0.5"]
+    for cfg in (a, b):
+        get_or_run(cfg, app.store, progress=False)
+    names = [app.store.find(c).path.name for c in (a, b)]
+    _, selection, fig, _, _ = app.runs(names)
+    labels = {v: lab for lab, v in selection.choices}
+    assert labels[names[0]] != labels[names[1]] and "eta 0.5" in labels[names[1]]
+    legend = [ln.get_label() for ln in fig.axes[0].get_lines()]
+    assert len(set(legend)) == 2 and legend[1].endswith("eta 0.5")
+
+
+def test_curves_that_need_a_word_get_it_in_their_own_numbers(app):
+    *_, notes, _, _ = app.train(["fedavg", "pfedme", "perfedavg"], **SMALL)
+    runs = {a: app.store.find(ui.make_config(algo=a, **SMALL)) for a in ("pfedme", "perfedavg")}
+    first = {a: 100 * r.rounds["acc"].iloc[0] for a, r in runs.items()}
+    assert "*pFedMe* is scored on each client's personal model" in notes
+    assert f"({first['pfedme']:.1f} %)" in notes and f"({100 * runs['pfedme'].rounds['acc'].iloc[1]:.1f} %)" in notes
+    assert "*Per-FedAvg* is scored on the global model after one adaptation step" in notes
+    assert f"({first['perfedavg']:.1f} %)" in notes and "FedAvg" not in notes.split("*")[0]
+
+
+def test_many_methods_draw_the_best_few_in_colour(app):
+    from fedala_lab.webapp.tabs.train import HIGHLIGHT
+
+    algos = ["fedavg", "local", "fedala", "fedprox", "ditto", "fedrep", "partialfed"]
+    acc, *_, table, _ = app.train(algos, **SMALL)
+    final = table.set_index("algorithm")["final acc % (pooled)"]
+    coloured = set(final.sort_values(ascending=False).index[:HIGHLIGHT]) | {"FedAvg", "Local"}
+    lines = acc.axes[0].get_lines()
+    grey = {ln.get_label() for ln in lines if ln.get_color() == "0.72"}
+    assert len(grey) == len(algos) - len(coloured)
+    legend = [t.get_text() for t in acc.axes[0].get_legend().get_texts()]
+    assert set(legend) == coloured | {f"{len(grey)} others (grey)"}
+
+
+def test_every_method_offered_has_a_colour_of_its_own():
+    """Two methods in one colour read as one curve: APPLE's dips were taken for pFedMe's (both were magenta).
+    A method's +ALA version keeps its colour (with its own line style) by design."""
+    from fedala_lab.figures.style import colour_for
+
+    methods = [a for _, a in TRAIN_ALGOS if "+ala" not in a]
+    colours = {a: colour_for(a) for a in methods}
+    assert len(set(colours.values())) == len(methods), colours

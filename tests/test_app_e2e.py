@@ -114,23 +114,27 @@ def test_partition_and_train_through_the_api(server, client):
     from fedala_lab.record.store import RunStore
     from fedala_lab.webapp.ui import make_config
 
-    plot, table = client.predict(
+    plot, table, clients, note = client.predict(
         **{k: SMALL[k] for k in ("dataset", "partition", "num_clients", "beta", "classes_per_client")},
         api_name="/partition",
     )
     assert plot["type"] == "matplotlib" and plot["plot"].startswith("data:image/")
     rows = _rows(table)
-    assert [r["client"] for r in rows] == list(range(10))
+    assert [r["client"] for r in rows] == list(range(10)) and "serves" in note
+    from fedala_lab.webapp.split import served
 
-    acc, loss, summary, status = client.predict(["fedavg", "fedala"], **SMALL, api_name="/train")
-    assert acc["plot"].startswith("data:image/") and loss["plot"].startswith("data:image/")
+    ok = served(make_config(**{k: SMALL[k] for k in ("dataset", "partition", "beta", "classes_per_client")}).data)
+    assert (clients["value"], clients["minimum"], clients["maximum"]) == (10, ok.lo, ok.hi)  # the slider's range
+
+    acc, verdict, loss, ranked, _, summary, status = client.predict(["fedavg", "fedala"], **SMALL, api_name="/train")
+    assert all(f["plot"].startswith("data:image/") for f in (acc, loss, ranked)) and "FedALA" in verdict
     rows = {r["algorithm"]: r for r in _rows(summary)}
     assert set(rows) == {"FedAvg", "FedALA"}
     store = RunStore(server[1])
     for algo, row in zip(("fedavg", "fedala"), rows.values(), strict=True):
         run = store.find(make_config(algo=algo, **SMALL))  # what the app reports is what the store holds
         assert run is not None and row["run"] == run.path.name
-        assert row["best acc %"] == pytest.approx(run.summary()["best_acc"], abs=0.01)
+        assert row["best acc % (pooled)"] == pytest.approx(run.summary()["best_acc"], abs=0.01)
         assert row["rounds"] == SMALL["rounds"]
     assert "2 run(s)" in status
 
@@ -165,7 +169,7 @@ def test_bad_inputs_show_the_library_message_and_the_app_stays_usable(server, cl
         client.predict(["fedala"], **{**SMALL, "p": 4}, api_name="/train")
     with pytest.raises(AppError, match="not a run name|no finished run"):
         client.predict("../../etc", api_name="/runs")
-    _, table = client.predict(api_name="/partition")  # still answering
+    _, table, *_ = client.predict(api_name="/partition")  # still answering
     assert len(table["data"]) == 20
 
 
@@ -231,12 +235,13 @@ def test_concurrent_users_get_their_own_results(server):
         # correct: what this user got is what an independent simulation of their settings gives
         reference = simulate(cfg, progress=False)
         np.testing.assert_array_equal(run.rounds["acc"], reference.rounds["acc"])  # the same run, bit for bit
-        assert row["final acc %"] == pytest.approx(100 * reference.final_acc, abs=0.006)
+        assert row["final acc % (pooled)"] == pytest.approx(100 * reference.final_acc, abs=0.006)
     assert len({r["run"] for r in rows}) == len(seeds)
 
 
 def test_stop_endpoint_stops_the_sessions_run(server):
-    """Stop ends the running simulation after its current round; the same settings again resume it."""
+    """Stop ends the running simulation after its current round and answers, once it has, with the job's own
+    final line; the same settings again resume it."""
     from gradio_client import Client
 
     c = Client(server[0], verbose=False)
@@ -246,13 +251,52 @@ def test_stop_endpoint_stops_the_sessions_run(server):
     while not job.status().progress_data:  # wait until rounds are being reported
         assert time.monotonic() < deadline and not job.done(), "the run never reported progress"
         time.sleep(0.1)
-    assert c.predict(api_name="/stop").startswith("Stopping after the current round…")
-    acc, _, summary, status = job.result(timeout=120)
+    answer = c.predict(api_name="/stop")  # the status line (the button's label is the page's only)
+    answer = answer[0] if isinstance(answer, (tuple, list)) else answer
+    acc, _, _, _, _, summary, status = job.result(timeout=120)
     k = int(re.fullmatch(r"Stopped after round (\d+) of 300 \(checkpoint kept: Run again resumes\)\.", status)[1])
+    assert answer == status  # Stop's answer is the job's own line, whichever reaches a page last
     # what was done so far comes back: the curve of its k rounds and its row
     assert acc["plot"].startswith("data:image/")
     assert [(r["status"], r["rounds"]) for r in _rows(summary)] == [(f"stopped at round {k}", k)]
     assert (server[1] / ".checkpoints").is_dir() and any((server[1] / ".checkpoints").iterdir())
+
+
+def _raw_error(url: str, api: str, data: list) -> str:
+    event, payload = _raw_call(url, api, data)
+    assert event == "error", payload
+    return json.loads(payload)["error"]
+
+
+def test_api_refuses_what_the_page_would_not_send(server):
+    """Issue 33's app cases over plain HTTP: an out-of-range seed, a path as FedLAMA's rule, 100 clients at
+    Dir(0.01) (refused at once, not after 100,000 draws); one bad run folder never breaks the Runs tab."""
+    from fedala_lab.webapp.settings import SEED_MAX
+    from fedala_lab.webapp.ui import DATA_FIELDS, TRAIN_FIELDS
+
+    url = server[0]
+
+    def train(**changes):
+        values = {**SMALL, **changes}
+        return _raw_error(url, "train", [["fedavg"], *[values[k] for k in DATA_FIELDS + TRAIN_FIELDS]])
+
+    assert re.search(rf"seed=18446744073709551616 is not allowed: a whole number from 0 to {SEED_MAX}",
+                     train(seed=2**64))
+    tic = time.monotonic()
+    assert re.search(r"num_clients=100 is not allowed: a number of clients this split serves: 2–\d+",
+                     train(dataset="mnist_mini", num_clients=100, beta=0.01))
+    assert time.monotonic() - tic < 10  # 11 s before, on a quiet machine
+    values = [SMALL[k] for k in DATA_FIELDS + TRAIN_FIELDS]
+    assert re.search(r"rule='\.\./x' is not allowed: one of authors, spec",
+                     _raw_error(url, "fedlama", [5, 2, False, "../x", 6, *values]))
+    # a run a script stored with a seed beyond 64 bits: the Runs tab still lists the store, that run included
+    from fedala_lab.experiments.runs import get_or_run
+    from fedala_lab.record.store import RunStore
+    from fedala_lab.webapp.ui import make_config
+
+    get_or_run(make_config(algo="fedavg", **{**SMALL, "rounds": 2, "seed": 2**64}), RunStore(server[1]), progress=False)
+    event, payload = _raw_call(url, "runs", ["", "", "", "", "", ""])
+    assert event == "complete" and str(2**64) in payload, payload
 
 
 def _img_src(page, selector: str):
@@ -319,8 +363,9 @@ def test_browser_moves_a_slider_runs_and_shows_the_plot(server, tmp_path):
                 timeout=90_000,
             )
             expect(page.locator("#train-summary")).to_contain_text("FedALA", timeout=30_000)
-            expect(page.locator("#train-summary")).to_contain_text("Local")  # ticked by default, with its note
-            expect(page.locator("#train-local-note")).to_contain_text("Why federate?")
+            expect(page.locator("#train-summary")).to_contain_text("Local")  # ticked by default
+            # the verdict on federating, beside the curves, in the numbers of these runs
+            expect(page.locator("#train-verdict")).to_contain_text(re.compile("federating (does not pay|pays)"))
             expect(page.locator("#train-status")).to_contain_text("run(s)")
             # the per-client plots of these runs, drawn after the curves
             page.wait_for_function(
@@ -349,10 +394,10 @@ def test_browser_moves_a_slider_runs_and_shows_the_plot(server, tmp_path):
             summary = page.locator("#train-summary")
             expect(summary).to_contain_text(re.compile(r"stopped at round \d+"), timeout=60_000)
             k = int(re.search(r"stopped at round (\d+)", summary.inner_text())[1])
-            # the job's own line, or (should Stop's acknowledgement come in last) that acknowledgement
+            # the job's own line, which Stop's answer repeats: whichever arrives last, the page says what was kept
             expect(page.locator("#train-status")).to_contain_text(
                 re.compile(rf"Stopped after round {k} of 300 \(FedAvg \(1/3\); checkpoint kept: Run again "
-                           r"resumes\)|Stopping after the current round"))
+                           r"resumes\)\. No run of this job had finished before it\."))
             _wait_img(page, "#train-acc-plot", before)  # redrawn: FedAvg's k rounds so far
             # the per-client plots are redrawn too, from the stopped run: no longer the 12-round runs' (stale)
             _wait_img(page, "#train-clients-plot", clients_before)
@@ -431,3 +476,185 @@ def test_browser_moves_a_slider_runs_and_shows_the_plot(server, tmp_path):
     # the run it made: 12 rounds, as set by the slider
     listed = RunStore(server[1]).list()
     assert ((listed["algo"] == "fedala") & (listed["rounds"] == 12) & (listed["clients"] == 20)).any()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the lecture at a projector's 1280×800: layout, Stop on every tab, one message per refusal, the clients slider
+
+BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+# tab → (prefix of its Run/Stop/status ids, its main figure)
+TABS = {"Heterogeneity": ("ladder", "#ladder-plot"), "Train & compare": ("train", "#train-acc-plot"),
+        "ALA inside": ("ala", "#ala-weights-plot"), "Trajectory": ("traj", "#traj-plot"),
+        "Ablation": ("abl", "#abl-plot"), "FedLAMA": ("lama", "#lama-plot")}
+
+
+@pytest.fixture
+def projector(server):
+    """A fresh page of the app at 1280×800 (a projector), in headless Chromium."""
+    if not CHROMIUM.exists():
+        pytest.skip("Debian Chromium is not installed at /usr/bin/chromium (apt-get install -y chromium)")
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=BROWSER_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(server[0])
+            expect(page.locator("#data-plot img")).to_be_visible(timeout=60_000)
+            yield page
+        finally:
+            browser.close()
+
+
+def _set(page, elem_id: str, value) -> None:
+    """Type ``value`` into a slider's or number's box and commit it (Enter, then leaving the box), as a lecturer
+    does; a slider announces its new value ("release") as the box loses focus."""
+    box = page.locator(f"#{elem_id} input[type='number']").first
+    box.fill(str(value))
+    box.press("Enter")
+    box.blur()
+
+
+def _loaded(page, selector: str, timeout: int = 300_000) -> None:
+    page.wait_for_function("(s) => { const i = document.querySelector(s + ' img');"
+                           " return i && i.complete && i.naturalWidth > 0; }", arg=selector, timeout=timeout)
+
+
+def _in_view(page, selector: str) -> dict:
+    """The element's box with the page scrolled to its top: it must lie inside 1280×800."""
+    page.evaluate("() => window.scrollTo(0, 0)")
+    box = page.locator(selector).first.bounding_box()
+    assert box is not None, selector
+    assert box["y"] >= 0 and box["y"] + box["height"] <= 800 and box["x"] + box["width"] <= 1280, (selector, box)
+    return box
+
+
+@pytest.mark.browser
+def test_browser_every_tabs_run_and_main_figure_fit_1280x800(projector):
+    """At 1280×800, without scrolling, each tab's Run button and, after a run, its main figure are in view."""
+    from playwright.sync_api import expect
+
+    page = projector
+    _in_view(page, "#data-plot img")  # the Data tab draws on load; its main result is the partition
+    page.get_by_role("tab", name="Train & compare").click()
+    # the tallest header: a scenario's notice stands above the tabs
+    page.locator("#scenario").get_by_text("FedProx's setting").click()
+    expect(page.locator("#scenario-notice")).to_contain_text("every tab", timeout=30_000)
+    _set(page, "rounds", 5)  # short runs: the layout is the point here
+    for tab, (prefix, figure) in TABS.items():
+        page.get_by_role("tab", name=tab).click()
+        if prefix == "ala":
+            _set(page, "ala-round", 5)
+        if prefix == "traj":
+            _set(page, "traj-k", 3)
+            _set(page, "traj-before", 2)
+        if prefix == "lama":
+            _set(page, "lama-rounds", 6)
+        if prefix == "abl":
+            _set(page, "abl-seeds", 1)
+        _in_view(page, f"#{prefix}-run")
+        page.locator(f"#{prefix}-run").click()
+        _loaded(page, figure)
+        expect(page.locator(f"#{prefix}-status")).not_to_be_empty(timeout=60_000)
+        _in_view(page, f"{figure} img")
+        _in_view(page, f"#{prefix}-run")
+    page.get_by_role("tab", name="Train & compare").click()
+    verdict = page.locator("#train-verdict")
+    _in_view(page, "#train-verdict")  # the verdict on federating, beside the curves
+    # the scenario where federating pays is one click away: it sets Dir(0.5), says so, and runs
+    said = verdict.inner_text()
+    _in_view(page, "#train-collab")
+    page.locator("#train-collab").click()
+    expect(page.locator("#scenario-notice")).to_contain_text("Dirichlet β 0.1 → 0.5", timeout=30_000)
+    expect(verdict).not_to_have_text(said, timeout=300_000)
+    expect(page.locator("#train-status")).to_contain_text("run(s)", timeout=300_000)
+    expect(page.locator("#beta input")).to_have_value("0.5")
+    page.get_by_role("tab", name="Runs").click()
+    expect(page.locator("#runs-table")).to_contain_text("FedALA", timeout=30_000)
+    _in_view(page, "#runs-table")
+
+
+def _newest_checkpoint(store: Path) -> float:
+    files = list((store / ".checkpoints").glob("*"))
+    return max(f.stat().st_mtime for f in files) if files else 0.0
+
+
+@pytest.mark.browser
+def test_browser_stop_ends_with_what_was_kept_on_every_tab(server, projector):
+    """Stop in every long action: the status line ends saying what was kept, within 2 s of the job stopping (its
+    checkpoint's time), and stays so (Stop's own answer never overwrites it with a stale "Stopping…")."""
+    from playwright.sync_api import expect
+
+    page, store = projector, server[1]
+    page.get_by_role("tab", name="Train & compare").click()
+    _set(page, "rounds", 300)
+    _set(page, "seed", 7)  # runs no other test made
+    for tab, (prefix, _) in TABS.items():
+        page.get_by_role("tab", name=tab).click()
+        if prefix == "lama":
+            _set(page, "lama-rounds", 400)
+        if prefix == "abl":
+            _set(page, "abl-seeds", 1)
+        status = page.locator(f"#{prefix}-status")
+        before = _newest_checkpoint(store)
+        page.locator(f"#{prefix}-run").click()
+        expect(page.get_by_text(re.compile(r"round \d+/\d+")).first).to_be_visible(timeout=120_000)
+        page.locator(f"#{prefix}-stop").click()
+        expect(page.locator(f"#{prefix}-stop")).to_have_text("Stop", timeout=120_000)  # Stop has answered
+        page.wait_for_function("(s) => /Stopped after round \\d+ of \\d+/.test(document.querySelector(s).innerText)",
+                               arg=f"#{prefix}-status", polling=50, timeout=120_000)
+        shown = time.time()
+        stopped = _newest_checkpoint(store)
+        assert stopped > before, f"{tab}: no checkpoint was kept"
+        assert shown - stopped < 2.0, f"{tab}: the status said what was kept {shown - stopped:.1f} s after the stop"
+        line = status.inner_text()
+        assert "checkpoint kept" in line and "Stopping" not in line, (tab, line)
+        page.wait_for_timeout(2500)
+        assert status.inner_text() == line, f"{tab}: the final line was overwritten"
+
+
+@pytest.mark.browser
+def test_browser_a_refusal_is_shown_once(projector):
+    """β = 0 (Enter, then the box loses focus) and 2.5 rounds (Run): one message each, naming the field."""
+    page = projector
+    toasts = page.locator("[data-testid='toast-body']")
+    beta = page.locator("#beta input")
+    beta.fill("0")
+    beta.press("Enter")
+    page.locator("#app-title").click()  # focus leaves the box
+    page.wait_for_timeout(3000)
+    assert toasts.filter(has_text="beta=0.0 is not allowed").count() == 1
+    beta.fill("0.1")
+    beta.press("Enter")
+    page.get_by_role("tab", name="Train & compare").click()
+    _set(page, "rounds", 2.5)
+    page.locator("#train-run").click()
+    page.wait_for_timeout(3000)
+    assert toasts.filter(has_text="rounds=2.5 is not allowed").count() == 1
+
+
+@pytest.mark.browser
+def test_browser_clients_slider_offers_only_what_the_split_serves(projector):
+    """The default split (the embedded subset, Dir(0.1)) serves fewer than 100 clients: the slider ends there,
+    its largest value draws; a number a pathological split cannot serve moves to the nearest one, said why."""
+    from playwright.sync_api import expect
+
+    from fedala_lab.webapp.split import served
+    from fedala_lab.webapp.ui import DEFAULTS, make_config
+
+    page = projector
+    ok = served(make_config(**{k: DEFAULTS[k] for k in ("dataset", "partition", "beta", "classes_per_client")}).data)
+    slider = page.locator("#clients input[type='range']")
+    expect(slider).to_have_attribute("max", str(ok.hi), timeout=30_000)
+    before = _img_src(page, "#data-plot")
+    _set(page, "clients", ok.hi)
+    _wait_img(page, "#data-plot", before)
+    expect(page.locator("#data-notice")).to_contain_text(f"{ok.lo}–{ok.hi} clients")
+    page.locator("#partition").get_by_text("pathological").click()
+    expect(page.locator("#data-notice")).to_contain_text("leaves a label without a client", timeout=30_000)
+    _set(page, "clients", 6)
+    expect(page.locator("#data-notice")).to_contain_text("clients N 6 → 5", timeout=30_000)
+    expect(page.locator("#clients input[type='number']")).to_have_value("5")
+    page.wait_for_timeout(1000)
+    assert page.locator("[data-testid='toast-body'].error").count() == 0  # no error, anywhere

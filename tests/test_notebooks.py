@@ -103,6 +103,32 @@ def test_shape_for_students(path):
     assert "%matplotlib inline" in source
 
 
+# Numbers a markdown cell may state: the settings it describes, never a result (results are written by code
+# from the values printed above them, so the text agrees with the numbers at any settings). Paragraphs that
+# cite a paper (its reported numbers, its arXiv id) are exempt.
+SETTING_NUMBERS = {"75 %", "25 %", "0.1", "1.0", "90 %", "50 %", "0 %", "20.0"}
+NUMBER = re.compile(r"[−+-]?\d+(?:[.,]\d+)*\s?%|[−+-]?\d+\.\d+")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_prose_states_no_typed_results(path):
+    """What a notebook measured is written by a code cell (IPython.display.Markdown) from the numbers it computed;
+    a markdown cell carries no result of its own (issue: typed numbers drifted from the printed ones)."""
+    nb = _read(path)
+    typed = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown":
+            continue
+        assert "What we measured" not in cell.source, f"{path.name}, cell {i}: a typed 'What we measured'"
+        for para in re.sub(r"\$[^$]*\$", "", cell.source).split("\n\n"):
+            if re.search(r"paper|arXiv", para):
+                continue
+            typed += [(i, n) for n in NUMBER.findall(para) if n.strip() not in SETTING_NUMBERS]
+    assert not typed, f"{path.name}: numbers typed into markdown (compute them in a cell instead): {typed}"
+    measured = [c for c in _code(nb) if "What we measured" in c.source]
+    assert measured and all("display(Markdown(" in c.source for c in measured), path.name
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_only_calls_the_library(path):
     for i, cell in enumerate(_code(_read(path))):
@@ -153,6 +179,10 @@ def test_executes_headless(path, smoke_store, monkeypatch):
     client.execute()  # raises CellExecutionError on the first failing cell, with its traceback
     outputs = [o for c in _code(nb) for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
+    # every "What we measured" is written from this run's numbers, at these (smoke) settings too
+    written = [o["data"]["text/markdown"] for o in outputs if "text/markdown" in o.get("data", {})]
+    wanted = sum("What we measured" in c.source for c in _code(nb))
+    assert sum(t.startswith("**What we measured**") for t in written) == wanted, path.name
     assert _has_image(outputs), f"{path.name} drew no figure"
     # what each interact drew with its default values
     widget = _widget_outputs(nb)

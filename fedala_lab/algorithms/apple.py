@@ -126,6 +126,6 @@ PARAMS = (
           "pull)"),
 )
 
-SPEC = make_spec("apple", APPLE, label="APPLE", params=PARAMS, colour="mediumvioletred", line_style=":",
+SPEC = make_spec("apple", APPLE, label="APPLE", params=PARAMS, colour="sienna", line_style=":",
                  category="personalised aggregation", modifiers=(), divergence_hint=_hint, builtin=True,
                  fedala_paper=True, communication="(1+M)·Σ", doc="Luo & Wu, IJCAI 2022")

@@ -52,5 +52,5 @@ MU = Param("mu", 0.001, Float(0), "FedProx: proximal coefficient μ (the FedALA 
 SPEC = make_spec("fedprox", FedProx, label="FedProx", params=[MU], colour="tab:orange", line_style="--",
                    category="traditional", modifiers=("ala", "finetune"), keeps_stragglers=True, builtin=True,
                    fedala_paper=True, divergence_hint=_hint,
-                   variants={"+ala": Look("FedProx+ALA", "tab:red", "--"), "-c": Look("FedProx-C", "tab:olive", ":")},
+                   variants={"+ala": Look("FedProx+ALA", "tab:red", "--"), "-c": Look("FedProx-C", "yellowgreen", ":")},
                    doc="Li et al., MLSys 2020")

@@ -26,10 +26,21 @@ def ala_weight_count(run) -> int:
     return sum(int(np.prod(shapes[n])) for n in run.meta["ala_params"])
 
 
+def ala_images(run) -> int:
+    """Images ALA passes through the top p blocks in a normal round, all clients together: one pass over each
+    client's window of s % of its training images (the start phase, round 2, repeats passes). Counted from
+    the run's own record (its train sizes and s), so it does not vary with the machine's load as seconds do."""
+    from ..algorithms.ala import window
+
+    cfg = run.config
+    return int(sum(len(window(int(n), cfg.s, cfg.seed, 2, k)) for k, n in enumerate(run.meta["train_sizes"])))
+
+
 def ablation_frame(runs: Iterable, param: str = "p") -> pd.DataFrame:
     """One row per value of ``param`` (sorted): best/final accuracy mean and std over seeds (%), the
     number of seeds, the mean time of local initialisation per round (``ala_seconds``: ALA's, from
-    init_seconds), and for ALA's ``p`` the number of ALA weights. ``param`` is a hyper-parameter of the runs'
+    init_seconds), for ALA runs the images ALA passes per normal round (``ala_images``, counted: see
+    :func:`ala_images`), and for ALA's ``p`` the number of ALA weights. ``param`` is a hyper-parameter of the runs'
     algorithm (ALA's p, s, eta, threshold…; FedProx's mu…); the runs must differ only in it and the seed."""
     runs = list(runs)
     if not runs:
@@ -46,6 +57,9 @@ def ablation_frame(runs: Iterable, param: str = "p") -> pd.DataFrame:
     table = accuracy_table(df, by=[param])
     secs = df.groupby(param)["ala_seconds"].mean()
     table["ala_seconds"] = table[param].map(secs)
+    if runs[0].config.uses_ala:  # counted, so that load cannot reorder the costs as it can the seconds
+        images = {getattr(r.config, param): ala_images(r) for r in runs}
+        table["ala_images"] = table[param].map(images)
     if param == "p" and runs[0].config.uses_ala:
         by_p = {r.config.p: r for r in runs}  # every p in the table has a run
         table["ala_weights"] = [ala_weight_count(by_p[int(v)]) for v in table["p"]]

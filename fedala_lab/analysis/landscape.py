@@ -402,3 +402,20 @@ def compute_landscape(runs: Mapping[str, object] | Sequence[tuple[str, object]],
                      rounds=(int(min(t.rounds.min() for t in trajs)), int(max(t.rounds.max() for t in trajs))),
                      anchor_label=items[-1][0], num_samples=len(loss_fn.y), split=split,
                      seconds=time.perf_counter() - tic, basis=basis, anchor=anchor)
+
+
+def projection_check(landscape: Landscape) -> pd.DataFrame:
+    """How far each marker's contour is from its model's loss: per run, round and phase (start/end), the true
+    local loss of the model, the surface's loss under its projection (bilinear between grid points, as the
+    contours are drawn) and the model's distance from the plane. Tidy: label, algo, round, phase, true_loss,
+    plane_loss, residual."""
+    from scipy.interpolate import RegularGridInterpolator
+
+    surface = RegularGridInterpolator((landscape.ys, landscape.xs), landscape.loss, bounds_error=False,
+                                      fill_value=None)
+    parts = []
+    for t in landscape.trajectories:
+        f = t.frame()
+        parts.append(f.assign(algo=t.algo, true_loss=f["loss"], plane_loss=surface(f[["y", "x"]].to_numpy()))
+                     [["label", "algo", "round", "phase", "true_loss", "plane_loss", "residual"]])
+    return pd.concat(parts, ignore_index=True)

@@ -302,27 +302,34 @@ def _build(cfg: DataConfig, device) -> FederatedData:
                               f"{len(train)}, the number of clients in {cfg.directory}")
         return FederatedData.from_arrays(train, test, splits.num_classes, name=splits.name, device=device)
 
-    from . import partition as part
     from .sources import load_pool
 
     pool = load_pool(cfg.dataset, root=cfg.root, download=cfg.download, resize=cfg.resize)
     n = len(pool.y)
     if cfg.num_clients > n:
         raise ConfigError("num_clients", cfg.num_clients, f"at most the {n} samples of {cfg.dataset}")
-    rng = np.random.default_rng(cfg.seed)
-    if cfg.partition == "iid":
-        parts = part.iid(pool.y, cfg.num_clients, rng)
-    elif cfg.partition == "pathological":
-        parts = part.pathological(pool.y, cfg.num_clients, cfg.classes_per_client, rng, balance=cfg.balance,
-                                  least_samples=cfg.least_samples)
-    else:
-        parts = part.dirichlet(pool.y, cfg.num_clients, cfg.beta, rng, least_samples=cfg.least_samples,
-                               max_tries=cfg.max_tries)
-    train_idx, test_idx = part.split_train_test(parts, cfg.train_ratio, rng)
+    train_idx, test_idx = split_indices(cfg, pool.y)
     train = [(pool.x[i], pool.y[i]) for i in train_idx]
     test = [(pool.x[i], pool.y[i]) for i in test_idx]
     return FederatedData.from_arrays(train, test, pool.num_classes, name=pool.name,
                                      class_names=pool.class_names, device=device)
+
+
+def split_indices(cfg: DataConfig, labels: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Each client's train and test indices into ``labels`` under ``cfg``'s partition (labels only: the app
+    checks which numbers of clients a split can serve without building the data)."""
+    from . import partition as part
+
+    rng = np.random.default_rng(cfg.seed)
+    if cfg.partition == "iid":
+        parts = part.iid(labels, cfg.num_clients, rng)
+    elif cfg.partition == "pathological":
+        parts = part.pathological(labels, cfg.num_clients, cfg.classes_per_client, rng, balance=cfg.balance,
+                                  least_samples=cfg.least_samples)
+    else:
+        parts = part.dirichlet(labels, cfg.num_clients, cfg.beta, rng, least_samples=cfg.least_samples,
+                               max_tries=cfg.max_tries)
+    return part.split_train_test(parts, cfg.train_ratio, rng)
 
 
 def _resize(x: np.ndarray, size: int) -> np.ndarray:

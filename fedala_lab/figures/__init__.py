@@ -13,6 +13,8 @@
 | ClientAccuracyDisplay     | —                | ``from_runs(runs)``: each client's final accuracy         |
 | ClientSpreadDisplay       | —                | ``from_runs(runs)``: box + points over clients (seaborn)  |
 | HeterogeneityDisplay      | —                | ``from_runs({split: runs})``: FedAvg over splits, seeds   |
+| RankedAccuracyDisplay     | —                | ``from_runs(runs)``: methods ranked, every seed a dot     |
+| CurvePanelsDisplay        | —                | ``from_runs({panel: [(run, label)]}, references)``        |
 | AccuracyTable             | Tables 2 and 7   | ``from_runs(runs, by=("algo",))``, ``from_applicability`` |
 | AblationDisplay           | Tables 1 and 6   | ``from_runs(runs, param="p"|"s")``                        |
 | FedLAMACurvesDisplay      | FedLAMA Fig. 1   | ``from_run(fedlama_run)``                                 |
@@ -34,11 +36,13 @@ from .convergence import ConvergenceDisplay
 from .curves import AccuracyCurveDisplay
 from .data import DataDistributionDisplay
 from .heterogeneity import HeterogeneityDisplay
+from .many import CurvePanelsDisplay, RankedAccuracyDisplay
 from .tables import AccuracyTable
 
 __all__ = ["ALALossDisplay", "ALAWeightsDisplay", "AblationDisplay", "AccuracyCurveDisplay", "AccuracyTable",
            "ClientAccuracyDisplay", "ClientSpreadDisplay", "CommAccuracyDisplay", "ConvergenceDisplay",
-           "DataDistributionDisplay", "FedLAMACurvesDisplay", "HeterogeneityDisplay", "IntervalTimelineDisplay", "TrajectoryDisplay"]
+           "CurvePanelsDisplay", "DataDistributionDisplay", "FedLAMACurvesDisplay", "HeterogeneityDisplay",
+           "IntervalTimelineDisplay", "RankedAccuracyDisplay", "TrajectoryDisplay"]
 
 
 def __getattr__(name):

@@ -47,8 +47,9 @@ class ClientAccuracyDisplay(ClientDisplay):
         self.markers_ = []
         for i, (label, rows, colour, _) in enumerate(groups):
             shift = 0.5 * (i - (len(groups) - 1) / 2) / max(len(groups), 1)  # side by side within a client
+            # the clients' unweighted mean, not the pooled accuracy (every test image counted once) of tables
             self.markers_.append(ax.scatter(rows["client"] + shift, rows["acc"], s=22, color=colour, zorder=3,
-                                            label=f"{label}: mean {rows['acc'].mean():.1f} %"))
+                                            label=f"{label}: mean over clients {rows['acc'].mean():.1f} %"))
         ax.set_xlabel("client")
         ax.set_ylabel("test accuracy (%), last evaluated round")
         ax.set_xticks(range(0, n_clients, 1 if n_clients <= 30 else max(1, n_clients // 20)))
@@ -70,18 +71,23 @@ class ClientSpreadDisplay(ClientDisplay):
         df = self.frame_
         groups = styled_groups(df)
         palette = {label: colour for label, _, colour, _ in groups}
-        fig, ax = new_axes(ax, figsize=(max(4.0, 1.3 * len(groups) + 2), 3.8))
+        # up to 5 methods side by side; more as rows (a figure as wide as 18 boxes would show as a thumbnail)
+        across = len(groups) > 5
+        size = (6.4, 0.42 * len(groups) + 1.3) if across else (max(4.0, 1.3 * len(groups) + 2), 3.8)
+        fig, ax = new_axes(ax, figsize=size)
+        xy = {"x": "acc", "y": "label"} if across else {"x": "label", "y": "acc"}
         if len(df):
             with warnings.catch_warnings():  # seaborn 0.13 still passes boxplot's deprecated `vert`
                 warnings.simplefilter("ignore", DeprecationWarning)
-                sns.boxplot(data=df, x="label", y="acc", hue="label", palette=palette, fill=False,
+                sns.boxplot(data=df, **xy, hue="label", palette=palette, fill=False,
                             showfliers=False, width=0.55, legend=False, ax=ax)
-            sns.stripplot(data=df, x="label", y="acc", hue="label", palette=palette, size=4, alpha=0.75,
+            sns.stripplot(data=df, **xy, hue="label", palette=palette, size=4, alpha=0.75,
                           jitter=0.18, legend=False, ax=ax)
         self.medians_ = {label: float(np.median(rows["acc"])) for label, rows, _, _ in groups}
-        ax.set_xlabel("")
-        ax.set_ylabel("test accuracy of a client (%)")
-        ax.set_ylim(-2, 102)
-        ax.grid(True, axis="y")
+        value_axis = "x" if across else "y"
+        getattr(ax, f"set_{value_axis}label")("test accuracy of a client (%)")
+        getattr(ax, f"set_{'y' if across else 'x'}label")("")
+        getattr(ax, f"set_{value_axis}lim")(-2, 102)
+        ax.grid(True, axis=value_axis)
         ax.set_title(self.title or f"Spread over {df['client'].nunique()} clients")
         return self._drawn(fig, ax)

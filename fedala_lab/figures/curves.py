@@ -3,6 +3,7 @@
     >>> disp = AccuracyCurveDisplay.from_runs([fedavg_run, fedala_run])
     >>> disp.curves_          # tidy label, round, value (what was drawn)
     >>> disp.lines_           # one Line2D per run
+    >>> AccuracyCurveDisplay.from_runs(many_runs, highlight=3)   # the 3 best in colour, the others grey
 """
 
 from __future__ import annotations
@@ -18,26 +19,48 @@ class AccuracyCurveDisplay(Display):
     """Per-round curves of one metric (``acc`` in %, losses as they are), one line per run."""
 
     def __init__(self, curves: pd.DataFrame, metric: str = "acc", title: str | None = None, *,
-                 marks: dict | None = None):
+                 marks: dict | None = None, highlight: int | None = None, keep=()):
         self.curves_ = curves
         self.metric = metric
         self.title = title
         self.marks = dict(marks or {})  # x → text: a vertical line with its text (e.g. where ALA switches on)
+        # with more curves than this: the `highlight` best by last value (and the labels in `keep`) in colour,
+        # the others thin and grey, named in one legend entry
+        self.highlight = highlight
+        self.keep = tuple(keep)
 
     @classmethod
     def from_runs(cls, runs, metric: str = "acc", ax=None, *, labels=None, title: str | None = None,
-                  marks: dict | None = None):
+                  marks: dict | None = None, highlight: int | None = None, keep=()):
         """Compute the curves of ``runs`` (labels: a list, a {run: label} dict, or the algorithm names)."""
-        return cls(accuracy_curves(runs, metric, labels), metric, title, marks=marks).plot(ax=ax)
+        return cls(accuracy_curves(runs, metric, labels), metric, title, marks=marks, highlight=highlight,
+                   keep=keep).plot(ax=ax)
+
+    @property
+    def highlighted_(self) -> list:
+        """The labels drawn in colour: all, or the ``highlight`` best by their last value plus ``keep``."""
+        labels = list(dict.fromkeys(self.curves_["label"]))
+        if self.highlight is None or len(labels) <= self.highlight + len(self.keep):
+            return labels
+        last = self.curves_.groupby("label", sort=False)["value"].last()
+        best = last.sort_values(ascending=self.metric != "acc" and "acc" not in self.metric).index
+        top = list(best[:self.highlight])
+        return [lab for lab in labels if lab in top or lab in self.keep]
 
     def plot(self, ax=None):
         fig, ax = new_axes(ax, figsize=(6.4, 4.0))
         self.lines_ = []
         groups = styled_groups(self.curves_)
         dots = max((len(df) for _, df, _, _ in groups), default=0) <= 30  # markers on every curve, or on none
+        shown = set(self.highlighted_)
+        rest = [label for label, *_ in groups if label not in shown]
         for label, df, colour, ls in groups:
-            (line,) = ax.plot(df["round"], df["value"], ls=ls, marker="o" if dots else None, ms=3,
-                              lw=1.4, color=colour, label=str(label))
+            if label in shown:
+                (line,) = ax.plot(df["round"], df["value"], ls=ls, marker="o" if dots else None, ms=3,
+                                  lw=1.6 if rest else 1.4, color=colour, label=str(label), zorder=3)
+            else:  # one legend entry for all of them, on the first
+                (line,) = ax.plot(df["round"], df["value"], lw=0.8, color="0.72", zorder=2,
+                                  label=f"{len(rest)} others (grey)" if label == rest[0] else "_nolegend_")
             self.lines_.append(line)
         self.mark_lines_ = []
         rounds = self.curves_["round"] if len(self.curves_) else pd.Series([0, 1])

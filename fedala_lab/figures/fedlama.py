@@ -22,6 +22,13 @@ from .style import line_styles, method_of
 _MAX_NAMED_LAYERS = 16  # beyond this, layer names on an axis become unreadable: show ranks / indices
 
 
+def layer_label(name: str) -> str:
+    """A parameter tensor's name as a reader says it: "fc1.1.weight" → "fc1 weight" (the numbers are positions
+    inside a block's ``nn.Sequential``, which say nothing on a slide)."""
+    parts = [p for p in str(name).split(".") if not p.isdigit()]
+    return " ".join([".".join(parts[:-1]), parts[-1]]) if len(parts) > 1 else ".".join(parts)
+
+
 class FedLAMACurvesDisplay(Display):
     """δ_l and 1 − λ_l against the number l of lowest-discrepancy layers given φ·τ0 (FedLAMA Fig. 1).
 
@@ -59,7 +66,8 @@ class FedLAMACurvesDisplay(Display):
         ax.set_ylim(-0.03, 1.03)
         ax.set_xticks(x)
         if 0 < n_layers <= _MAX_NAMED_LAYERS:
-            ax.set_xticklabels(["0"] + [f"{i}\n{n}" for i, n in zip(x[1:], c["layer"].iloc[1:])], fontsize=7)
+            ax.set_xticklabels(["0"] + [f"{i}\n{layer_label(n)}" for i, n in zip(x[1:], c["layer"].iloc[1:])],
+                               fontsize=7)
         ax.grid(True, alpha=0.3)
         ax.legend(loc="upper center", fontsize=8, frameon=True, framealpha=0.9)
         ax.set_title(self.title or f"FedLAMA interval rule at round {self.round_} (layers sorted by d_l)")
@@ -172,7 +180,7 @@ class IntervalTimelineDisplay(Display):
         self.colorbar_.set_label("interval (local steps)")
         ax.set_yticks(range(n_layers))
         if n_layers <= 40:
-            ax.set_yticklabels(tl.index.tolist(), fontsize=7)
+            ax.set_yticklabels([layer_label(n) for n in tl.index], fontsize=7)
         ax.set_xlabel("round (one round = τ0 local steps)")
         ax.set_ylabel("layer (parameter tensor)")
         comm = f": {self.comm_pct:.1f} % of FedAvg(τ0)'s communication" if self.comm_pct is not None else ""
@@ -182,7 +190,7 @@ class IntervalTimelineDisplay(Display):
             d = self.discrepancy_
             for i, (name, g) in enumerate(d.groupby("layer", sort=False)):
                 line, = ax_d.plot(g["round"], g["d"], lw=1, color=f"C{i % 10}",
-                                  label=name if n_layers <= _MAX_NAMED_LAYERS else None)
+                                  label=layer_label(name) if n_layers <= _MAX_NAMED_LAYERS else None)
                 self.discrepancy_lines_.append(line)
             if (d["d"] > 0).any():
                 ax_d.set_yscale("log")

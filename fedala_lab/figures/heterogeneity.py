@@ -50,8 +50,7 @@ class HeterogeneityDisplay(Display):
             a.set_xticks(x, f["label"])
             a.set_ylabel(ylabel)
             a.grid(True, axis="y")
-        lo = np.nanmin(f["best_mean"] - np.nan_to_num(f["best_std"])) if len(f) else 0
-        axes[0].set_ylim(max(0.0, lo - 10), 100)
+        axes[0].set_ylim(0, 100)  # bars from 0: a cut axis would make a few points look like a fall by half
         # one legend for both panels, under them: inside, it sat on the first bar
         handles, labels = axes[0].get_legend_handles_labels()
         self.legend_ = fig.legend(handles, labels, loc="outside lower center", ncol=2, frameon=False)

@@ -10,7 +10,9 @@ and hands back what the stopped run recorded (docs/design.md#run-store), which t
 Stop works per browser session (or gradio_client), per job: the Run button first arms a stop flag (outside
 the queue, at once), then its job waits in the queue and claims that flag when it starts. Stop sets every
 flag of the session, so a job still waiting will not start and a running one stops after its round; a
-job is never cancelled, so its own result (what was done so far) always reaches the page.
+job is never cancelled, so its own result (what was done so far) always reaches the page. Stop then waits
+for the job to end and answers with the job's own final status line (what was kept): the status line has
+two writers, the job and Stop, and both write the same words whichever arrives last.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import inspect
 import logging
 import math
 import threading
+import time
 from dataclasses import dataclass, field
 
 import gradio as gr
@@ -32,9 +35,11 @@ from ..record.run import Run
 from ..record.store import RunStore
 from .env import default_store_root
 from .settings import DATA_FIELDS, TRAIN_FIELDS
+from .split import served
 from .widgets import html_text
 
 log = logging.getLogger(__name__)
+STOP_LABEL = "Stop"
 # Gradio recognises a handler's progress parameter by this default and hands each call its own tracker.
 PROGRESS = gr.Progress()
 
@@ -109,8 +114,10 @@ def job(fn):
         settings = {k: values.pop(k) for k in DATA_FIELDS + TRAIN_FIELDS}
         progress, request = values.pop("progress", PROGRESS), values.pop("request", None)
         app = values["app"]
-        with app.stops.claim(getattr(request, "session_hash", None), fn.__name__) as stop:
-            return fn(**values, settings=settings, job=Job(progress, stop))
+        with app.stops.claim(getattr(request, "session_hash", None), fn.__name__) as ticket:
+            out = fn(**values, settings=settings, job=Job(progress, ticket.event))
+            ticket.final = out[-1] if isinstance(out, tuple) and isinstance(out[-1], str) else None
+            return out
 
     wrapper.__signature__ = public
     wrapper.__annotations__ = {"request": gr.Request}  # Gradio reads the request's type from here
@@ -123,8 +130,16 @@ def job(fn):
 
 @dataclass
 class _Ticket:
-    event: threading.Event
+    event: threading.Event  # set: stop after the current round (or do not start)
     running: bool = False
+    done: threading.Event = field(default_factory=threading.Event)  # the job has returned (or failed)
+    final: str | None = None  # the status line the job ended with
+
+
+# How long Stop waits for the job to end before it answers without a status line of its own: longer than a
+# round of any method on the app's data (the job's own line then arrives alone, and is the last word).
+STOP_WAIT_S = 60.0
+REPEAT_S = 5.0  # see Jobs.once
 
 
 class Stops:
@@ -142,7 +157,8 @@ class Stops:
 
     @contextlib.contextmanager
     def claim(self, session: str | None, name: str):
-        """The flag armed for this job (set already if Stop came while it waited), else a fresh one."""
+        """The ticket armed for this job (its flag set already if Stop came while it waited), else a fresh one;
+        marked done when the job returns."""
         key = (session, name)
         with self._lock:
             ticket = self._tickets.get(key) if session else None
@@ -152,20 +168,34 @@ class Stops:
                     self._tickets[key] = ticket
             ticket.running = True
         try:
-            yield ticket.event
+            yield ticket
         finally:
             with self._lock:
                 if self._tickets.get(key) is ticket:
                     del self._tickets[key]
+            ticket.done.set()
 
-    def stop(self, session: str | None) -> str:
+    def stop(self, session: str | None, name: str | None = None, wait: float = STOP_WAIT_S):
+        """Set the session's flags; wait (at most ``wait`` s) for its jobs to end, and return the final status
+        line of tab ``name``'s job (or of the last job, without a name). Returns None when a job has not
+        ended in time or ended without a line (an error, shown on its own): the job's line is then the only
+        one written. "Nothing is running." when the session has no job."""
         with self._lock:
-            tickets = [t for (s, _), t in self._tickets.items() if session and s == session]
-        for t in tickets:
-            t.event.set()
-        if any(t.running for t in tickets):
-            return "Stopping after the current round… (a stopped run keeps its checkpoint: Run again resumes it)"
-        return "The job waiting in the queue will not start." if tickets else "Nothing is running."
+            tickets = {n: t for (s, n), t in self._tickets.items() if session and s == session}
+            for t in tickets.values():
+                t.event.set()
+            running = {n: t for n, t in tickets.items() if t.running}
+        if not tickets:
+            return "Nothing is running."
+        if not running:  # waiting in the queue: it will start, see its flag, and end at once with its own line
+            return "The job waiting in the queue will not start."
+        deadline = time.monotonic() + wait
+        for t in running.values():
+            t.done.wait(max(0.0, deadline - time.monotonic()))
+        mine = running.get(name) if name else list(running.values())[-1]
+        if mine is None:  # this tab had no job: another tab's stopped
+            return "Stopped this session's other job(s)."
+        return mine.final if mine.done.is_set() else None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -196,6 +226,26 @@ class Jobs:
             store if isinstance(store, RunStore) else RunStore(store if store is not None else default_store_root())
         )
         self.stops = Stops()
+        self._refused: dict[tuple, tuple] = {}  # (session, handler) → (values, when): see once()
+        self._refused_lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def once(self, request, name: str, values: tuple):
+        """Refuse bad ``values`` once per session: the page sends a field on Enter and again as it loses focus,
+        and the same refusal within :data:`REPEAT_S` seconds is raised again without a second message."""
+        try:
+            yield
+        except (FedalaError, gr.Error) as err:
+            key, now = (getattr(request, "session_hash", None), name), time.monotonic()
+            with self._refused_lock:
+                last = self._refused.get(key)
+                if len(self._refused) > 10_000:  # sessions come and go: never a growing table in a long-lived app
+                    self._refused.clear()
+                self._refused[key] = (values, now)
+            if key[0] and last is not None and last[0] == values and now - last[1] < REPEAT_S:
+                message = err.message if isinstance(err, gr.Error) else html_text(str(err))
+                raise gr.Error(message, visible=False, print_exception=False) from err
+            raise
 
     def arm(self, name: str):
         """The Run button's first step for tab ``name``: arm its stop flag (outside the queue, at once)."""
@@ -206,9 +256,20 @@ class Jobs:
         return arm
 
     def stop(self, request: gr.Request = None) -> str:
-        """Ask this session's jobs to stop: a running simulation after its current round, a waiting job
-        before it starts."""
-        return self.stops.stop(getattr(request, "session_hash", None))
+        """Ask this session's jobs to stop (a running simulation after its current round, a waiting job before
+        it starts) and answer, once they have, with the status line the job ended with (what was kept)."""
+        line = self.stops.stop(getattr(request, "session_hash", None))
+        return gr.skip() if line is None else line
+
+    def stopper(self, name: str):
+        """Tab ``name``'s Stop: as :meth:`stop`, answering with that tab's job's final line; and the Stop
+        button back to its label (the page shows "Stopping…" on it meanwhile)."""
+
+        def stop(request: gr.Request = None):
+            line = self.stops.stop(getattr(request, "session_hash", None), name)
+            return (gr.skip() if line is None else line), gr.Button(STOP_LABEL)
+
+        return stop
 
     def fetch(self, job: Job, cfgs, get, labels=None) -> Fetched:
         """The runs of ``cfgs`` as ``get(store, callback)`` returns them, where ``get`` is a library call
@@ -217,6 +278,8 @@ class Jobs:
         (labelled ``labels[i]``, default the algorithm) and with Stop.
         """
         cfgs = list(cfgs)
+        for data in dict.fromkeys(c.data for c in cfgs):  # before any work: a split that cannot serve N is
+            served(data).check(data.num_clients)  # refused at once, not after 100,000 draws
         names = list(labels) if labels else [algo_label(c.algo) for c in cfgs]
         if len(cfgs) > 1:
             names = [f"{n} ({i + 1}/{len(cfgs)})" for i, n in enumerate(names)]
@@ -224,7 +287,7 @@ class Jobs:
         for cfg, name in zip(cfgs, names):
             places[cfg.key()] = (name, sum(p[2] for p in places.values()), cfg.rounds)
         if job.stop.is_set():
-            return Fetched([], [], status="Stopped before it started.")
+            return Fetched([], [], status="Stopped before it started: nothing ran, the page keeps what it showed.")
         computed: set[str] = set()
 
         def callback(sim, row):
@@ -250,6 +313,9 @@ class Jobs:
             k, n = stopped.summary()["rounds"], stopped.config.rounds
             which = f"{places.get(stopped.config.key(), ('',))[0]}; " if len(cfgs) > 1 else ""
             status = f"Stopped after round {k} of {n} ({which}checkpoint kept: Run again resumes)."
+            if len(cfgs) > 1:
+                status += (f" {len(runs)} of {len(cfgs)} runs finished before it and are kept in the run store."
+                           if runs else " No run of this job had finished before it.")
         return Fetched(runs, [r.config.key() not in computed for r in runs], stopped, status)
 
 

@@ -58,15 +58,16 @@ def build_app(store=None, concurrency: int = 1) -> gr.Blocks:
     with gr.Blocks(title="fedala_lab: personalised federated learning", analytics_enabled=False) as demo:
         demo.lecture_app = app  # tests reach the handlers (and the store) through the page
         gr.Markdown(
-            "## fedala_lab · FedAvg, FedProx, FedALA and FedLAMA, live\n"
-            "Set the data here; every tab uses it (and the *Train & compare* settings). Runs are "
-            "cached: the same settings again are instant."
-        )
+            "**fedala_lab · FedAvg, FedProx, FedALA and FedLAMA, live.** The data set here is every tab's (and the "
+            "training settings under *Train & compare*); runs are cached, the same settings again are instant.",
+            elem_id="app-title")
         data_settings(settings)
         panels = []
         with gr.Tabs():
             with gr.Tab("Data", id="data"):
-                panels.append(data_tab.build(app, demo, settings))
+                data_tab.build(app, demo, settings)
+            with gr.Tab("Heterogeneity", id="ladder"):
+                panels.append(data_tab.build_ladder(app, settings))
             with gr.Tab("Train & compare", id="train"):
                 panels.append(train_tab.build(app, settings))
             with gr.Tab("ALA inside", id="ala"):
@@ -88,8 +89,9 @@ def build_app(store=None, concurrency: int = 1) -> gr.Blocks:
 def _wire(app: LectureApp, panel, settings: Settings, runs_io, sim: dict) -> None:
     """A tab's job: Run (or another trigger) arms the session's stop flag at once, then queues the job, a
     named endpoint (with every shared setting as a parameter); after it, what draws from its runs and the
-    Runs tab's list. Stop runs outside the queue (it must not wait behind the job it stops); one public
-    endpoint, so a gradio_client script can stop its own session's job too."""
+    Runs tab's list. Stop runs outside the queue (it must not wait behind the job it stops): the button reads
+    "Stopping…" at once (in the page), then Stop waits for the job and writes the job's own final line; one
+    public endpoint, so a gradio_client script can stop its own session's job too."""
     armed = gr.on([panel.run.click, *panel.triggers], app.arm(panel.name), None, None, queue=False, **PRIVATE)
     # progress (and an error's badge) on the status line only: the figures and tables keep what they show
     event = armed.then(getattr(app, panel.name), panel.inputs + settings.inputs, panel.outputs + [panel.status],
@@ -99,8 +101,9 @@ def _wire(app: LectureApp, panel, settings: Settings, runs_io, sim: dict) -> Non
     event.then(app.runs, *runs_io, **LIGHT, **PRIVATE)  # the Runs tab lists the new runs
     # every Stop is named: an unnamed one would take the name "stop" (from the handler) before the Train tab's
     public = panel.name == "train"
-    panel.stop.click(app.stop, None, panel.status, queue=False, api_name="stop" if public else f"stop_{panel.name}",
-                     **({} if public else PRIVATE))
+    ack = panel.stop.click(None, None, panel.stop, js="() => 'Stopping…'", queue=False, **PRIVATE)
+    ack.then(app.stopper(panel.name), None, [panel.status, panel.stop], queue=False, show_progress="hidden",
+             api_name="stop" if public else f"stop_{panel.name}", **({} if public else PRIVATE))
 
 
 def warm_up() -> None:
@@ -134,6 +137,13 @@ def launch_kwargs() -> dict:
     }
 
 
+# Projector-sized: every tab's Run button and main figure fit 1280×800 without scrolling (the browser test
+# checks it); notes in full-size, full-contrast text (Gradio's "info" lines are pale and small).
 CSS = """
+.gradio-container { padding-top: 6px !important; }
+#app-title p { margin: 0; font-size: 15px; }
 .status { min-height: 1.5em; }
+.note, .note p { font-size: 14px !important; color: var(--body-text-color) !important; }
+.main-plot img { max-height: calc(100vh - 340px) !important; width: auto !important; max-width: 100% !important; }
+.main-plot.below-note img { max-height: calc(100vh - 450px) !important; }
 """

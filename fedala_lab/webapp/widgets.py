@@ -245,6 +245,11 @@ def follow(source, target, field: str, top, lo: int = 0, event: str = "release")
     refused."""
 
     def update(n, value):
+        # unchecked values (preprocess=False): a value the source's own check refuses (2.5 rounds, empty) moves
+        # nothing here and says nothing; Run refuses it, once, naming it
+        whole_n = isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) and n == int(n)
+        if not (isinstance(n, str) or whole_n):
+            return gr.skip()
         hi = top(n if isinstance(n, str) else int(n))
         if isinstance(value, (int, float)) and not lo <= value <= hi:
             err = ConfigError(field, value, f"a whole number from {lo} to {hi} now")
@@ -252,4 +257,4 @@ def follow(source, target, field: str, top, lo: int = 0, event: str = "release")
         return gr.Slider(maximum=hi)
 
     # queued: a warning reaches the page only from a queued event
-    getattr(source, event)(update, [source, target], target, **LIGHT, **PRIVATE)
+    getattr(source, event)(update, [source, target], target, preprocess=False, **LIGHT, **PRIVATE)

@@ -60,10 +60,13 @@ def ablation(app, param, values, seeds, settings, job):
                     labels=[f"FedALA {param}={getattr(c, param):g}, seed {c.seed}" for c in cfgs])
     done = _whole_values(got.runs, param, seeds)
     if not done:  # no value finished with all its seeds: what the page shows stays
-        return gr.skip(), gr.skip(), gr.skip(), got.status
+        return gr.skip(), gr.skip(), gr.skip(), got.status + " No value had finished all its seeds: nothing drawn."
     disp = AblationDisplay.from_runs(done, param=param)
-    return (disp.figure_, shown_table(disp.frame_, param), finding(disp.frame_, param),
-            finished_status(got, time.perf_counter() - tic, "FedALA run(s)"))
+    status = finished_status(got, time.perf_counter() - tic, "FedALA run(s)")
+    if got.status:
+        status += f" Drawn: the {len(disp.frame_)} value(s) that finished all their seeds."
+    return (disp.figure_, shown_table(disp.frame_, param), finding(disp.frame_, param, len(cfgs) // seeds),
+            status)
 
 
 def _whole_values(runs, param: str, seeds: int) -> list:
@@ -83,15 +86,28 @@ def shown_table(frame: pd.DataFrame, param: str) -> pd.DataFrame:
         if several:
             out[f"{kind} ± std"] = frame[f"{kind}_std"].round(2)
     out["seeds"] = frame["n_seeds"]
-    out["ALA ms per round"] = (1000 * frame["ala_seconds"]).round(1)
+    out[COST_COLUMNS[0]] = frame["ala_images"]
+    out[COST_COLUMNS[1]] = (1000 * frame["ala_seconds"]).round(1)
     if "ala_weights" in frame:
         out["ALA weights"] = frame["ala_weights"]
     return out
 
 
-def finding(frame: pd.DataFrame, param: str) -> str:
-    """Whether the values differ by more than the seeds do, with the numbers."""
+# ALA's cost per value: counted (images through ALA, all clients, a normal round), and timed (varies with load)
+COST_COLUMNS = ("ALA images per round (counted)", "ALA ms per round (timed)")
+
+
+def finding(frame: pd.DataFrame, param: str, asked: int | None = None) -> str:
+    """Whether the values differ by more than the seeds do, with the numbers (``asked``: how many values the
+    sweep had, when a stopped one drew fewer)."""
     best = frame.set_index(param)["best_mean"]
+    if len(best) == 1:  # one value: nothing to compare, and no "0.00 points apart"
+        v = best.index[0]
+        head = (f"Only {param} = {v:g} finished with all its seeds before Stop" if asked and asked > 1 else
+                f"One value, {param} = {v:g}")
+        return (f"{head}: best accuracy {best.iloc[0]:.2f} % ({int(frame['n_seeds'].iloc[0])} seed(s)). Nothing to "
+                "compare yet: " + ("Run again to finish the others (the finished runs are kept)." if asked and asked > 1
+                                   else "give two or more values."))
     hi, lo = best.idxmax(), best.idxmin()
     gap = best.max() - best.min()
     head = (f"Best accuracy from {best.min():.2f} % ({param} = {lo:g}) to {best.max():.2f} % ({param} = {hi:g}): "
@@ -106,18 +122,22 @@ def finding(frame: pd.DataFrame, param: str) -> str:
 
 
 def build(app, settings) -> Panel:
-    gr.Markdown("FedALA once per value of p (top blocks with ALA weights) or s (% of local data used to learn "
-                "them) and per seed (0, 1, …), everything else as set (paper Tables 1 and 6): mean ± std over "
-                "the seeds. The first time ≈ 5 s a run on a laptop CPU (9 runs for 3 values × 3 seeds).")
-    with gr.Row():
-        param = Radio([("p", "p"), ("s", "s")], value="p", label="sweep", elem_id="abl-param", field="param")
-        values = gr.Textbox(ABLATION_VALUES["p"], label="values (comma-separated)", elem_id="abl-values")
-        seeds = whole_slider(1, MAX_SEEDS, 3, "seeds", "abl-seeds", field="seeds")
-    run, stop, status = run_stop("abl")
-    found = gr.Markdown(elem_id="abl-finding")
-    abl_plot = plot(label="accuracy and cost", elem_id="abl-plot")
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=4, min_width=340):
+            gr.Markdown("FedALA once per value of p (top blocks with ALA weights) or s (% of local data used to "
+                        "learn them) and per seed (0, 1, …), everything else as set (paper Tables 1 and 6): mean ± "
+                        "std over the seeds. The cost is counted (images through ALA), and timed.",
+                        elem_classes=["note"])
+            with gr.Row():
+                param = Radio([("p", "p"), ("s", "s")], value="p", label="sweep", elem_id="abl-param", field="param")
+                seeds = whole_slider(1, MAX_SEEDS, 3, "seeds", "abl-seeds", field="seeds")
+            values = gr.Textbox(ABLATION_VALUES["p"], label="values (comma-separated)", elem_id="abl-values")
+            run, stop, status = run_stop("abl")
+        with gr.Column(scale=7, min_width=480):
+            abl_plot = plot(label="accuracy and cost", elem_id="abl-plot", elem_classes=["main-plot"])
+            found = gr.Markdown(elem_id="abl-finding", elem_classes=["note"])
     frame = table(label="per value", elem_id="abl-table", columns=("p", "best acc %", "best ± std", "final acc %",
-                                                                    "final ± std", "seeds", "ALA ms per round",
+                                                                    "final ± std", "seeds", *COST_COLUMNS,
                                                                     "ALA weights"))
     param.change(lambda prm: ABLATION_VALUES.get(prm, ""), param, values, queue=False, **PRIVATE)
     return Panel("ablation", run, stop, status, [param, values, seeds], [abl_plot, frame, found])

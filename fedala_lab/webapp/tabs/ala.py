@@ -49,25 +49,28 @@ def ala(app, client, round_, settings, job):
 
 
 def build(app, settings) -> Panel:
-    gr.Markdown("What ALA learns for one client (paper Fig. 2 and 3), from the FedALA run of the current "
-                "settings. ALA's η, s and p here are the same as on *Train & compare*.")
     d = DEFAULTS
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=4, min_width=340):
+            gr.Markdown("What ALA learns for one client (paper Fig. 2 and 3), from the FedALA run of the current "
+                        "settings. ALA's η, s and p here are those of *Train & compare*.", elem_classes=["note"])
+            client = whole_slider(0, d["num_clients"] - 1, 0, "client", "ala-client", field="client")
+            round_ = whole_slider(2, d["rounds"], d["rounds"], "round (ALA starts in round 2)", "ala-round",
+                                  field="round")
+            with gr.Accordion("ALA's η, s and p (the same as on Train & compare)", open=False, elem_id="ala-settings"):
+                mine = ala_settings("ala-")
+            for widget, name in zip(mine, ("eta", "s", "p")):
+                mirror(widget, settings[name])
+            run, stop, status = run_stop("ala")
+        with gr.Column(scale=7, min_width=480):
+            weights_plot = plot(label="ALA weights W (Fig. 2)", elem_id="ala-weights-plot", elem_classes=["main-plot"])
     with gr.Row():
-        client = whole_slider(0, d["num_clients"] - 1, 0, "client", "ala-client", field="client")
-        round_ = whole_slider(2, d["rounds"], d["rounds"], "round (ALA starts in round 2)", "ala-round",
-                              field="round")
-    with gr.Row():
-        mine = ala_settings("ala-")
-        for widget, name in zip(mine, ("eta", "s", "p")):
-            mirror(widget, settings[name])
+        loss_plot = plot(label="ALA loss (Fig. 3)", elem_id="ala-loss-plot")
+        summary = table(label="W per tensor", elem_id="ala-table", columns=COLUMNS.values())
     follow(settings["model"], mine[2], "p", p_max, lo=1, event="change")  # as Train & compare's p
-    run, stop, status = run_stop("ala")
-    weights_plot = plot(label="ALA weights W (Fig. 2)", elem_id="ala-weights-plot")
-    loss_plot = plot(label="ALA loss (Fig. 3)", elem_id="ala-loss-plot")
-    summary = table(label="W per tensor", elem_id="ala-table", columns=COLUMNS.values())
     recorded_panel("fig2", "The paper's setting, recorded: Fig. 2 on real MNIST Dir(0.1) with the paper's CNN")
     recorded_panel("fig3", "The paper's setting, recorded: Fig. 3 on real MNIST with the paper's CNN")
-    follow(settings["num_clients"], client, "client", lambda n: n - 1)
+    follow(settings["num_clients"], client, "client", lambda n: n - 1, event="change")
     follow(settings["rounds"], round_, "round", lambda t: max(t, 2), lo=2)
     return Panel("ala", run, stop, status, [client, round_], [weights_plot, loss_plot, summary],
                  triggers=[round_.release])

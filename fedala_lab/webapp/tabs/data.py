@@ -11,8 +11,9 @@ from ...analysis.tables import data_title
 from ...errors import ConfigError
 from ...experiments.runs import get_or_run
 from ..jobs import finished_status, friendly, job
-from ..settings import make_config, whole
-from ..widgets import LIGHT, Radio, plot, run_stop, table, whole_slider
+from ..settings import DATASET_CHOICES, PARTITION_CHOICES, make_config, whole
+from ..split import HIGHEST, LOWEST, served, spans
+from ..widgets import LIGHT, Radio, checked_choice, checked_number, plot, run_stop, table, whole_slider
 from . import Panel
 
 # The ladder's splits, from IID to the most skewed: on the embedded MNIST subset FedAvg's best accuracy falls
@@ -24,16 +25,37 @@ LADDER = {"IID": {"partition": "iid"}, "Dir(0.1)": {"partition": "dirichlet", "b
 
 
 @friendly
-def partition(app, dataset, partition, num_clients, beta, classes_per_client, kind="bubble"):
-    """Partition the data and draw who holds which labels (paper Fig. 6–9) plus a per-client table."""
+def partition(app, dataset, partition, num_clients, beta, classes_per_client, kind="bubble",
+              request: gr.Request = None):
+    """Partition the data and draw who holds which labels (paper Fig. 6–9) plus a per-client table; the clients
+    slider set to the range this split serves (:mod:`..split`), and a line saying so. A number of clients
+    the split cannot serve is moved into the range (the line says from what, to what and why), never refused:
+    this runs whenever a data setting changes, and every setting a student can pick must draw."""
     from ...data.federated import FederatedData
     from ...figures.data import DataDistributionDisplay
 
-    cfg = make_config(dataset=dataset, partition=partition, num_clients=num_clients, beta=beta,
-                      classes_per_client=classes_per_client).data
+    args = (dataset, partition, num_clients, beta, classes_per_client, kind)
+    # the page sends the values unchecked (preprocess=False): checked here, so that β's Enter and then its focus
+    # leaving give one message, not two (the widgets' own checks would refuse each)
+    with app.once(request, "partition", args):  # the widgets' own checks, in the parameters' order
+        checked_choice("dataset", dataset, DATASET_CHOICES)  # never a path: only the data sets the page offers
+        checked_choice("partition", partition, PARTITION_CHOICES)
+        checked_number("num_clients", num_clients, LOWEST, HIGHEST, whole=True)
+        checked_number("beta", beta)
+        checked_number("classes_per_client", classes_per_client, 1, 10, whole=True)
+        checked_choice("kind", kind, KINDS)
+        cfg = make_config(dataset=dataset, partition=partition, num_clients=num_clients, beta=beta,
+                          classes_per_client=classes_per_client).data
+    ok = served(cfg)
+    n = ok.nearest(cfg.num_clients)
+    note = f"This split serves **{spans(ok.ns)} clients**" + (f": {ok.why}." if ok.why else ".")
+    if n != cfg.num_clients:
+        note = f"**clients N {cfg.num_clients} → {n}**, the nearest number this split serves ({spans(ok.ns)}): {ok.why}."
+        cfg = cfg.replace(num_clients=n)
     data = FederatedData.from_config(cfg)
-    disp = DataDistributionDisplay.from_data(data, kind=kind or "bubble", title=data_title(cfg))
-    return disp.figure_, data.summary(counts=disp.counts_)  # the counts just drawn, not recounted
+    disp = DataDistributionDisplay.from_data(data, kind=kind, title=data_title(cfg))
+    slider = gr.Slider(minimum=ok.lo, maximum=ok.hi, value=n)
+    return disp.figure_, data.summary(counts=disp.counts_), slider, note  # the counts just drawn, not recounted
 
 
 @job
@@ -47,6 +69,19 @@ def ladder(app, seeds, settings, job):
     if not isinstance(seeds, int) or isinstance(seeds, bool) or not 1 <= seeds <= 5:
         raise ConfigError("seeds", seeds, "an integer from 1 to 5")
     base = make_config(algo="fedavg", **settings)
+    # every split must serve the clients: the ladder runs with the fewest any of them serves, and says so
+    splits = {label: served(base.data.replace(**split)) for label, split in LADDER.items()}
+    common = sorted(set.intersection(*(set(r.ns) for r in splits.values())))
+    want = base.data.num_clients
+    moved = ""
+    if want not in common:
+        if not common:
+            raise ConfigError("num_clients", want, "a number of clients every split of the ladder serves",
+                              "none does on this data")
+        n = min(common, key=lambda m: (abs(m - want), m))
+        why = "; ".join(f"{label}: {spans(r.ns)}" for label, r in splits.items() if want not in r.ns)
+        moved = f" Run with {n} clients, the nearest number every split serves ({why})."
+        base = base.replace(num_clients=n)
     cfgs = {label: [base.replace(**split, seed=s) for s in range(seeds)] for label, split in LADDER.items()}
     flat = [c for cs in cfgs.values() for c in cs]
     tic = time.perf_counter()
@@ -54,15 +89,16 @@ def ladder(app, seeds, settings, job):
                                                         for c in flat],
                     labels=[f"FedAvg {label}, seed {c.seed}" for label, cs in cfgs.items() for c in cs])
     if got.status:  # stopped: a ladder needs every split
-        return gr.skip(), gr.skip(), got.status
+        return gr.skip(), gr.skip(), got.status + " The ladder is drawn once every split has its runs."
     runs = iter(got.runs)
     groups = {label: [next(runs) for _ in cs] for label, cs in cfgs.items()}
     disp = HeterogeneityDisplay.from_runs(groups, title=f"FedAvg on {data_title(base.data).split(',')[0]}, "
                                                         f"{base.data.num_clients} clients, {seeds} seed(s)")
     text = format_seed_table(seed_table(groups, reference="IID")).reset_index(names="split")
-    return disp.figure_, text, finished_status(got, time.perf_counter() - tic)
+    return disp.figure_, text, finished_status(got, time.perf_counter() - tic) + moved
 
 
+KINDS = [("bubbles", "bubble"), ("heatmap", "heatmap")]
 # the ladder table's columns (analysis.tables.format_seed_table, with the split's name first)
 LADDER_COLUMNS = ("split", "seeds", "best acc %", "final acc %", "client spread", "paired diff of best")
 EMBEDDED = ("mnist_mini", "digits")
@@ -83,31 +119,39 @@ def download(app, dataset, progress=DOWNLOAD_PROGRESS):
     return f"{dataset}: {len(pool):,} images ready in {default_data_root()}."
 
 
-def build(app, demo, settings) -> Panel:
-    kind = Radio([("bubbles", "bubble"), ("heatmap", "heatmap")], value="bubble", label="view", elem_id="data-kind",
-                 field="kind")
-    with gr.Row():
-        data_plot = plot(label="samples per client and label", elem_id="data-plot", scale=3)
-        data_table = table(label="per client", elem_id="data-table", columns=("client", "train", "test", "labels"),
-                           max_height=420, scale=1)
+def build(app, demo, settings) -> None:
+    """The Data tab: who holds which labels, redrawn on every data setting (no Run button of its own)."""
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=7, min_width=480):
+            data_plot = plot(label="samples per client and label", elem_id="data-plot", elem_classes=["main-plot"])
+        with gr.Column(scale=3, min_width=280):
+            kind = Radio(KINDS, value="bubble", label="view", elem_id="data-kind", field="kind")
+            notice = gr.Markdown(elem_id="data-notice")
+            data_table = table(label="per client", elem_id="data-table", columns=("client", "train", "test", "labels"),
+                               max_height=330)
     with gr.Row():
         fetch = gr.Button("Download the chosen dataset (needs the network)", elem_id="data-download", scale=1)
         fetched = gr.Markdown(elem_id="data-download-status")
     s = settings
     fetch.click(app.download, [s["dataset"]], [fetched], api_name="download", concurrency_limit=1)
+    # the page's status line takes an error's badge: the figure and table keep what they show
     gr.on([s["dataset"].change, s["partition"].change, s["num_clients"].release,
            s["classes_per_client"].release, s["beta"].submit, s["beta"].blur, kind.change, demo.load],
-          app.partition, s.data_inputs + [kind], [data_plot, data_table], api_name="partition",
-          trigger_mode="always_last", **LIGHT)
-    gr.Markdown("**Heterogeneity and FedAvg.** FedAvg on four splits of the chosen data, from IID to "
-                "pathological (2 labels per client), with the clients and training settings of *Train & "
-                "compare*, over seeds: the best pooled accuracy falls at every step, and the spread between "
-                "clients is wider than under IID (on the embedded MNIST subset most for Dir(0.05), not for "
-                "pathological). "
-                "The first time ≈ 4 s a run on a laptop CPU (12 runs for 3 seeds); then instant.")
-    seeds = whole_slider(1, 5, 3, "seeds", "ladder-seeds", field="seeds")
-    run, stop, status = run_stop("ladder")
-    ladder_plot = plot(label="FedAvg per split", elem_id="ladder-plot")
-    # below the plot, full width: beside it, its columns were cut off at 1280 px
+          app.partition, s.data_inputs + [kind], [data_plot, data_table, s["num_clients"], notice],
+          api_name="partition", trigger_mode="always_last", show_progress_on=notice, preprocess=False, **LIGHT)
+
+
+def build_ladder(app, settings) -> Panel:
+    """The Heterogeneity tab: FedAvg on four splits of the chosen data, over seeds (the ladder)."""
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=4, min_width=340):
+            gr.Markdown("**Heterogeneity and FedAvg.** FedAvg on four splits of the chosen data, from IID to "
+                        "pathological (2 labels per client), with the clients and training settings of *Train & "
+                        "compare*, over seeds: the best pooled accuracy and the spread between clients. The "
+                        "first time a few seconds a run; then instant.", elem_classes=["note"])
+            seeds = whole_slider(1, 5, 3, "seeds", "ladder-seeds", field="seeds")
+            run, stop, status = run_stop("ladder")
+        with gr.Column(scale=7, min_width=480):
+            ladder_plot = plot(label="FedAvg per split", elem_id="ladder-plot", elem_classes=["main-plot"])
     ladder_table = table(label="mean ± std over seeds", elem_id="ladder-table", columns=LADDER_COLUMNS)
     return Panel("ladder", run, stop, status, [seeds], [ladder_plot, ladder_table])

@@ -19,17 +19,22 @@ from ...experiments.plans import comparison_configs
 from ...experiments.presets import preset
 from ...experiments.runs import comparison_runs
 from ..jobs import finished_status, job
-from ..settings import make_config, whole
-from ..widgets import plot, run_stop, table, whole_slider
+from ..settings import DATA_FIELDS, make_config, whole
+from ..widgets import Radio, plot, run_stop, table, whole_slider
 from . import Panel
 
 _PRESET = preset("teach-fedlama")
 RULES = {"authors": "the authors' code: the layer where δ_l reaches 1 − λ_l is relaxed too",
          "spec": "the paper's text: layers are relaxed while δ_l < 1 − λ_l"}
 RULE_NAMES = {"authors": "the authors' rule", "spec": "the paper's rule"}
+SHARED = ("model", "lr", "batch_size", "join_ratio", "seed")  # of TRAIN_FIELDS, the ones this tab takes
+RULE_CHOICES = {"authors": "the authors' code", "spec": "the paper's text"}
 # the table's columns: frame column → header
-COLUMNS = {"label": "method", "final_acc": "final acc %", "bytes_up_mb": "upload MB",
-           "comm_pct": "upload % of FedAvg(τ0)", "bytes_down_mb": "download MB", "best_acc": "best acc %",
+# Accuracies are read where every run evaluates (a fair comparison of runs with different rounds); the run's
+# own best over all its rounds, which the Runs tab lists, is beside them, named so.
+COLUMNS = {"label": "method", "final_acc": "final acc % (last step all evaluate)", "bytes_up_mb": "upload MB",
+           "comm_pct": "upload % of FedAvg(τ0)", "bytes_down_mb": "download MB",
+           "best_acc": "best acc % (steps all evaluate)", "best_acc_all": "best acc % (its own rounds, as on Runs)",
            "steps_per_round": "local steps per round", "phi": "φ", "rounds": "rounds", "total_steps": "local steps"}
 
 
@@ -46,8 +51,11 @@ def fedlama(app, tau0, phi, with_ala, rule, lama_rounds, settings, job):
     if rule not in RULES:
         raise ConfigError("rule", rule, " or ".join(map(repr, RULES)))
     # a round is τ0 local steps, with reshuffling: the teach-fedlama preset (experiments/presets.py)
+    # the shared settings the tab names (the data, model, lr, batch size, join ratio, seed); the rest is the
+    # preset's: its rounds are τ0 steps, and stragglers (a scenario's) have no meaning under FedLAMA's intervals
+    shared = {k: v for k, v in settings.items() if k in DATA_FIELDS + SHARED}
     base = make_config(algo="fedlama", preset_name="teach-fedlama", tau0=tau0, phi=phi, lama_rule=rule,
-                       **{**settings, "rounds": whole(lama_rounds)})
+                       rounds=whole(lama_rounds), **shared)
     cfgs = comparison_configs(base, with_ala=with_ala)
     tic = time.perf_counter()
     got = app.fetch(job, cfgs.values(), lambda store, callback: comparison_runs(
@@ -90,27 +98,26 @@ def finding(frame: pd.DataFrame, base) -> str:
 
 
 def build(app, settings) -> Panel:
-    gr.Markdown(
-        "FedLAMA averages each layer every τ0 or φ·τ0 local steps, by how much the clients disagree on it. "
-        "Compared with FedAvg every τ0 and every φ·τ0 steps, all with the same local steps (a round is τ0 steps "
-        "here, so this tab has its own rounds; data, learning rate, batch size, model, join ratio and seed are "
-        "those above and on *Train & compare*). Accuracy is read on a global model for every method: FedAvg's, "
-        "and FedLAMA's server model, every layer as last averaged.\n\n"
-        "Measured on these defaults over seeds 0–2: FedLAMA with the authors' rule uploads 58.6 ± 0.4 % of "
-        "FedAvg(τ0)'s bytes at a final accuracy 0.00 ± 1.03 points from it, while FedAvg every φ·τ0 steps "
-        "loses 2.2 points; with the paper's rule it uploads 95.9 %. (The FedLAMA paper reports up to 70 % less "
-        "communication on non-IID data; here it is 41 % less.)", elem_id="lama-intro")
     p = _PRESET
-    with gr.Row():
-        tau0 = whole_slider(1, 50, p.tau0, "τ0 (local steps per round)", "tau0", field="tau0")
-        phi = whole_slider(1, 8, p.phi, "φ (long interval = φ·τ0)", "phi", field="phi")
-        rounds = whole_slider(1, 400, p.rounds, "rounds (of τ0 steps)", "lama-rounds", field="rounds")
-    with gr.Row():
-        rule = gr.Radio([(v, k) for k, v in RULES.items()], value=p.lama_rule, label="interval rule",
-                        elem_id="lama-rule", scale=3)
-        with_ala = gr.Checkbox(False, label="also FedALA and FedLAMA+ALA", elem_id="lama-ala", scale=1)
-    run, stop, status = run_stop("lama")
-    found = gr.Markdown(elem_id="lama-finding")
-    lama_plot = plot(label="accuracy vs upload", elem_id="lama-plot")
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=4, min_width=340):
+            with gr.Row():
+                tau0 = whole_slider(1, 50, p.tau0, "τ0 (local steps per round)", "tau0", field="tau0")
+                phi = whole_slider(1, 8, p.phi, "φ (long interval = φ·τ0)", "phi", field="phi")
+            rounds = whole_slider(1, 400, p.rounds, "rounds (of τ0 steps)", "lama-rounds", field="rounds")
+            rule = Radio([(v, k) for k, v in RULE_CHOICES.items()], value=p.lama_rule, label="interval rule",
+                         elem_id="lama-rule", field="rule")
+            with_ala = gr.Checkbox(False, label="also FedALA and FedLAMA+ALA", elem_id="lama-ala")
+            run, stop, status = run_stop("lama")
+        with gr.Column(scale=7, min_width=480):
+            lama_plot = plot(label="accuracy vs upload", elem_id="lama-plot", elem_classes=["main-plot"])
+            found = gr.Markdown(elem_id="lama-finding", elem_classes=["note"])
+            gr.Markdown(
+                "FedLAMA averages each layer every τ0 or φ·τ0 local steps, by how much the clients disagree on it; "
+                "against FedAvg every τ0 and every φ·τ0 steps, all with the same local steps. A round here is τ0 "
+                "steps (its own rounds); data, learning rate, batch size, model, join ratio and seed are the "
+                "shared ones. Accuracy: a global model's (FedLAMA's server model). The FedLAMA paper reports up "
+                "to 70 % less communication on non-IID data.", elem_id="lama-intro", elem_classes=["note"])
     frame = table(label="per method", elem_id="lama-table", columns=COLUMNS.values())
+    gr.Markdown("\n".join(f"- *{RULE_NAMES[k]}*: {v}" for k, v in RULES.items()), elem_classes=["note"])
     return Panel("fedlama", run, stop, status, [tau0, phi, with_ala, rule, rounds], [lama_plot, frame, found])

@@ -51,19 +51,60 @@ def runs(app, name="", algorithm="", dataset="", partition="", status="", text="
         if n not in known:
             raise DataError(f"{n!r} is not a run name in the app's run store (no finished run and no "
                             "checkpoint of that name)")
-    labels = dict(zip(listing["name"], listing["algorithm"] + " · " + listing["data"] + " · " + listing["date"]))
     offered = list(dict.fromkeys(list(listing.loc[keep, "name"]) + names))
+    by_name = dict(zip(overview["name"], overview["config"]))
+    labels = dict(zip(offered, distinct([by_name.get(n) for n in offered], offered)))
     selection = gr.Dropdown(choices=[(labels[n], n) for n in offered], value=names, multiselect=True)
     shown = listing[keep].reset_index(drop=True)
     if not names:
         return shown, selection, None, {}, pd.DataFrame(columns=list(COMPARED))
     loaded = [load_stored(app.store, n) for n in names]
-    fig = AccuracyCurveDisplay.from_runs(loaded, labels=[f"{i}. {run_label(r)}, {setting_label(r.config)}"
-                                                         for i, r in enumerate(loaded, 1)],
+    legend = distinct([r.config for r in loaded], names, status=[run_label(r) for r in loaded])
+    fig = AccuracyCurveDisplay.from_runs(loaded, labels=[f"{i}. {lab}" for i, lab in enumerate(legend, 1)],
                                          title=f"Test accuracy of {len(loaded)} run(s) from the store").figure_
     last = loaded[-1]
-    details = {"name": names[-1], "summary": last.summary(), "config": last.config.to_dict()}
+    details = _json_safe({"name": names[-1], "summary": last.summary(), "config": last.config.to_dict()})
     return shown, selection, fig, details, _compared(names, loaded)
+
+
+def distinct(cfgs, names, status=None) -> list[str]:
+    """A label per run that tells runs apart: the algorithm (or ``status``, e.g. "FedALA (stopped at round 2)"),
+    the data, and every setting in which the runs listed together differ (seed, η, rounds…); runs equal in
+    all of these (never two of one store) get their name's key."""
+    flat = [_flat(c) for c in cfgs]
+    keys = [k for k in dict.fromkeys(k for f in flat for k in f)
+            if k not in ("algo", "data") and len({repr(f.get(k)) for f in flat}) > 1]
+    out = []
+    for i, (cfg, f) in enumerate(zip(cfgs, flat)):
+        head = (status[i] if status else algo_label(cfg.algo) if cfg else "?")
+        parts = [head, setting_label(cfg) if cfg else "?"]
+        parts += [f"{k} {f[k]}" for k in keys if k in f]
+        out.append(", ".join(parts))
+    seen = {}
+    for lab in out:
+        seen[lab] = seen.get(lab, 0) + 1
+    return [lab if seen[lab] == 1 else f"{lab} ({name.rsplit('-', 1)[-1]})" for lab, name in zip(out, names)]
+
+
+def _flat(cfg) -> dict:
+    """A config's fields as the labels name them (data fields by their own names); empty for None."""
+    if cfg is None:
+        return {}
+    d = cfg.canonical() if hasattr(cfg, "canonical") else cfg.to_dict()
+    data = d.pop("data", {})
+    d.update({("data_seed" if k == "seed" else k): v for k, v in data.items() if k not in ("root", "content")})
+    return d
+
+
+def _json_safe(value):
+    """What the JSON view can carry: integers beyond 64 bits (a seed a script stored) as text."""
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool) and not -2**63 <= value < 2**63:
+        return str(value)
+    return value
 
 
 def _names(name) -> list[str]:
@@ -95,7 +136,7 @@ def _listing(overview: pd.DataFrame) -> pd.DataFrame:
             "data": setting_label(cfg) if cfg else "?",
             "clients": cfg.data.num_clients if cfg else None,
             "settings": run_settings(cfg) if cfg else "",
-            "seed": cfg.seed if cfg else None,
+            "seed": _json_safe(cfg.seed) if cfg else None,  # one bad folder must not break the list
             "rounds": cfg.rounds if cfg else None,
             "status": _status(r),
             "best acc %": None if pd.isna(r.best_acc) else round(float(r.best_acc), 2),
@@ -128,7 +169,7 @@ def _compared(names, loaded) -> pd.DataFrame:
     for i, (name, run) in enumerate(zip(names, loaded), 1):
         s, cfg = run.summary(), run.config
         rows.append({"#": i, "algorithm": algo_label(cfg.algo), "data": setting_label(cfg),
-                     "clients": cfg.data.num_clients, "settings": run_settings(cfg), "seed": cfg.seed,
+                     "clients": cfg.data.num_clients, "settings": run_settings(cfg), "seed": _json_safe(cfg.seed),
                      "rounds": f"{s['rounds']} of {cfg.rounds}" if run.status == "partial" else cfg.rounds,
                      "status": f"stopped at round {s['rounds']}" if run.status == "partial" else run.status,
                      "best acc %": round(s["best_acc"], 2), "best round": s["best_round"],
@@ -147,9 +188,9 @@ def toggle(selected, evt: gr.SelectData):
 
 def build(app, demo) -> tuple[list, list]:
     """The tab; returns (the inputs, the outputs) of :func:`runs`, to refresh it after every job."""
-    gr.Markdown("Runs the app has computed (its own run store, read-only): finished, diverged, and stopped ones "
-                "(their checkpoint waits: Run again with the same settings resumes them). Click runs in the "
-                "list, or pick them below, to compare them.")
+    gr.Markdown("The app's own run store, read-only: finished, diverged and stopped runs (Run again with the same "
+                "settings resumes a stopped one). Click runs in the list, or pick them below, to compare them.",
+                elem_classes=["note"])
     with gr.Row():
         algorithm = Dropdown(ALGORITHM_FILTER, value="", label="algorithm", elem_id="runs-algo", min_width=140,
                              field="algorithm")
@@ -162,7 +203,7 @@ def build(app, demo) -> tuple[list, list]:
         text = gr.Textbox("", label="text", placeholder="any text in the list, e.g. lr 0.05", elem_id="runs-text",
                           min_width=160)
         refresh = gr.Button("Refresh", elem_id="runs-refresh", scale=0, min_width=110)
-    listing = table(label="runs (click one to compare it)", elem_id="runs-table", max_height=360, columns=LISTED,
+    listing = table(label="runs (click one to compare it)", elem_id="runs-table", max_height=280, columns=LISTED,
                     column_widths=list(LISTED.values()))
     selection = gr.Dropdown([], value=[], multiselect=True, label="runs to compare", elem_id="run-name",
                             allow_custom_value=True)

@@ -9,12 +9,12 @@ import time
 import gradio as gr
 import pandas as pd
 
+from ...analysis.tables import data_title
 from ...config import algo_label
 from ...errors import ConfigError
 from ...experiments.runs import get_or_run, load_stored
 from ..jobs import finished_status, job, run_label
 from ..settings import (
-    LOCAL_NOTE,
     SCENARIO_FIELDS,
     SCENARIOS,
     TRAIN_ALGOS,
@@ -24,15 +24,18 @@ from ..settings import (
     scenario_values,
     train_settings,
 )
-from ..widgets import CheckboxGroup, Radio, plot, run_stop, table
+from ..widgets import Dropdown, Radio, plot, run_stop, table
 from . import Panel
 
 
 @job
 def train(app, algos, settings, job):
-    """Run (or load) every selected algorithm on the same data; accuracy and loss curves, a summary.
+    """Run (or load) every selected algorithm on the same data: accuracy curves (with many methods: the best few
+    in colour), the methods ranked, loss curves, a summary, and what the runs say about federating at all.
     Stopped, it shows the finished runs and the stopped one's rounds so far."""
+    from ...analysis.notes import curve_notes
     from ...figures.curves import AccuracyCurveDisplay
+    from ...figures.many import RankedAccuracyDisplay
 
     cfgs = [make_config(algo=a, **settings) for a in _algos(algos)]  # all validated before any work
     tic = time.perf_counter()
@@ -40,14 +43,49 @@ def train(app, algos, settings, job):
                                                         for c in cfgs])
     runs = got.shown
     if not runs:  # stopped before a single round: what the page shows stays
-        return gr.skip(), gr.skip(), gr.skip(), got.status
+        return *[gr.skip()] * 6, got.status
     labels = [run_label(r) for r in runs]
-    acc = AccuracyCurveDisplay.from_runs(runs, metric="acc", labels=labels)
-    loss = AccuracyCurveDisplay.from_runs(runs, metric="test_loss", labels=labels)
+    refs = [lab for r, lab in zip(runs, labels) if r.config.algo in ("fedavg", "local")]
+    acc = AccuracyCurveDisplay.from_runs(runs, metric="acc", labels=labels, highlight=HIGHLIGHT, keep=refs,
+                                         title=f"Test accuracy per round ({data_title(cfgs[0].data)})")
+    loss = AccuracyCurveDisplay.from_runs(runs, metric="test_loss", labels=labels, highlight=HIGHLIGHT, keep=refs)
+    ranked = RankedAccuracyDisplay.from_runs(runs, labels=labels, title="Final accuracy, ranked (one seed)")
     cached = got.cached + [False] * (len(runs) - len(got.runs))
-    return acc.figure_, loss.figure_, _summary(app, runs, cached), finished_status(got, time.perf_counter() - tic)
+    return (acc.figure_, verdict(runs, labels), loss.figure_, ranked.figure_, "\n\n".join(curve_notes(runs, labels)),
+            _summary(app, runs, cached), finished_status(got, time.perf_counter() - tic))
 
 
+# With more methods than this on one plot, only the best few (and FedAvg and Local) are drawn in colour.
+HIGHLIGHT = 4
+
+
+def verdict(runs, labels) -> str:
+    """What the runs on screen say about federating, in their own numbers (final pooled accuracy): whether
+    Local (no federation) is beaten, and by what."""
+
+    final = {lab: r.summary()["final_acc"] for r, lab in zip(runs, labels)}  # in %
+    algo = {lab: r.config.algo for r, lab in zip(runs, labels)}
+    ranked = sorted(final, key=final.get, reverse=True)
+    local = next((lab for lab in ranked if algo[lab] == "local"), None)
+    fed = [lab for lab in ranked if algo[lab] != "local"]
+    top = ", ".join(f"{lab} {final[lab]:.2f} %" for lab in ranked[:3])
+    if local is None or not fed:
+        text = f"**Final accuracy, best first:** {top}." + (
+            "" if local is not None else " Tick *Local* (each client alone, no communication) to ask whether "
+            "federating pays at all.")
+    else:
+        best = fed[0]
+        beaten = [lab for lab in fed if final[lab] > final[local]]
+        if not beaten:
+            text = (f"**Here federating does not pay:** *Local* (each client alone, no communication) ends at "
+                    f"**{final[local]:.2f} %**, the best federated method, {best}, at {final[best]:.2f} %: each "
+                    "client's own images are enough for its few digits.")
+        else:
+            text = (f"**Federating pays here:** {best} ends at **{final[best]:.2f} %** against *Local*'s "
+                    f"{final[local]:.2f} % (each client alone), {final[best] - final[local]:+.2f} points"
+                    + (f"; {len(beaten)} of {len(fed)} federated methods beat Local." if len(fed) > 1 else "."))
+        text += " One seed each: a small gap can flip with another seed (notebook 2 repeats over seeds)."
+    return text
 @job
 def clients(app, algos, settings, job):
     """Each client's accuracy at the last round of every selected algorithm's run (drawn after :func:`train`,
@@ -85,9 +123,13 @@ def _pct(x) -> float | None:
     return None if x is None or math.isnan(x) else round(float(x), 2)
 
 
-# The summary's columns and their widths (the run's folder name wraps in the widest)
-SUMMARY = {"algorithm": "9%", "best acc %": "7%", "best round": "6%", "final acc %": "7%", "rounds": "6%",
-           "status": "11%", "seconds": "7%", "MB up": "6%", "MB down": "6%", "source": "8%", "run": "27%"}
+# The summary's columns and their widths (the run's folder name wraps in the widest). Accuracies are pooled:
+# every test image of every client counted once (the per-client plot's legend gives the clients' mean).
+SUMMARY = {"algorithm": "9%", "final acc % (pooled)": "8%", "best acc % (pooled)": "8%", "best round": "6%",
+           "rounds": "6%", "status": "10%", "seconds": "6%", "MB up": "6%", "MB down": "6%", "source": "8%",
+           "run": "27%"}
+MB_DOWN = ("*MB down*: every client receives the model every round, also when only a share ρ trains and uploads, "
+           "since every client is evaluated every round (as in the FedALA reference code).")
 
 
 def _summary(app, runs, cached) -> pd.DataFrame:
@@ -96,9 +138,9 @@ def _summary(app, runs, cached) -> pd.DataFrame:
         s = run.summary()
         rows.append({
             "algorithm": algo_label(s["algo"]),
-            "best acc %": _pct(s["best_acc"]),
+            "final acc % (pooled)": _pct(s["final_acc"]),
+            "best acc % (pooled)": _pct(s["best_acc"]),
             "best round": s["best_round"],
-            "final acc %": _pct(s["final_acc"]),
             "rounds": s["rounds"],
             "status": f"stopped at round {s['rounds']}" if run.status == "partial" else run.status,
             "seconds": round(s["seconds"], 2),
@@ -111,30 +153,45 @@ def _summary(app, runs, cached) -> pd.DataFrame:
 
 
 def build(app, settings) -> Panel:
-    scenario = Radio([(label, k) for k, (label, *_) in SCENARIOS.items()], value="teach", label="scenario",
-                     elem_id="scenario", field="scenario")
-    algos = CheckboxGroup(TRAIN_ALGOS, value=SCENARIOS["teach"][2], label="algorithms", elem_id="algos",
-                          info=TRAIN_ALGOS_INFO, field="algos")
-    train_settings(settings)
-
     def choose(name, *before):
         values, ticked = scenario_values(name)
         return [*values, ticked, scenario_notice(name, list(before))]
+
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=4, min_width=360):
+            scenario = Radio([(label, k) for k, (label, *_) in SCENARIOS.items()], value="teach", label="scenario",
+                             elem_id="scenario", field="scenario")
+            algos = Dropdown(TRAIN_ALGOS, value=SCENARIOS["teach"][2], multiselect=True, label="algorithms",
+                             elem_id="algos", field="algos")
+            gr.Markdown(TRAIN_ALGOS_INFO, elem_id="algos-info", elem_classes=["note"])
+            run, stop, status = run_stop("train")
+        with gr.Column(scale=7, min_width=480):
+            found = gr.Markdown(elem_id="train-verdict", elem_classes=["note"])
+            pays = gr.Button(f"Show {SCENARIOS['collab'][0]} →", elem_id="train-collab", size="sm")
+            acc_plot = plot(label="test accuracy", elem_id="train-acc-plot", elem_classes=["main-plot", "below-note"])
+    with gr.Row():
+        rank_plot = plot(label="methods ranked", elem_id="train-rank-plot")
+        loss_plot = plot(label="test loss", elem_id="train-loss-plot")
+    notes = gr.Markdown(elem_id="train-notes", elem_classes=["note"])
+    summary = table(label="summary", elem_id="train-summary", columns=SUMMARY, column_widths=list(SUMMARY.values()),
+                    max_height=900)
+    gr.Markdown(MB_DOWN, elem_classes=["note"])
+    gr.Markdown("How each client fares with the model it holds at the last round (FedAvg: the global "
+                "model; FedALA and Local: its own).", elem_classes=["note"])
+    with gr.Row():
+        client_plot = plot(label="accuracy per client", elem_id="train-clients-plot", scale=3)
+        spread_plot = plot(label="spread over clients", elem_id="train-spread-plot", scale=2)
+    gr.Markdown("### Training settings (every tab uses them)")
+    train_settings(settings)
 
     fields = [settings[k] for k in SCENARIO_FIELDS]
     # never silent: the line above the tabs says what changed for every tab
     scenario.input(choose, [scenario, *fields], fields + [algos, settings.notice], queue=False,
                    api_visibility="private")
-    run, stop, status = run_stop("train")
-    with gr.Row():
-        acc_plot = plot(label="test accuracy", elem_id="train-acc-plot")
-        loss_plot = plot(label="test loss", elem_id="train-loss-plot")
-    summary = table(label="summary", elem_id="train-summary", columns=SUMMARY, column_widths=list(SUMMARY.values()))
-    gr.Markdown(LOCAL_NOTE, elem_id="train-local-note")
-    gr.Markdown("How each client fares with the model it holds at the last round (FedAvg: the global "
-                "model; FedALA and Local: its own).")
-    with gr.Row():
-        client_plot = plot(label="accuracy per client", elem_id="train-clients-plot", scale=3)
-        spread_plot = plot(label="spread over clients", elem_id="train-spread-plot", scale=2)
-    return Panel("train", run, stop, status, [algos], [acc_plot, loss_plot, summary],
-                 then=[("train_clients", [algos], [client_plot, spread_plot])])
+    # one click from the default's answer to the scenario where federating pays: choose it, then run it
+    go = gr.Number(0, visible=False, elem_id="train-collab-go")
+    pays.click(lambda *before: [*choose("collab", *before), "collab", 1], fields, fields + [algos, settings.notice,
+               scenario, go], queue=False, api_visibility="private")
+    go.change(lambda: 0, None, None, queue=False, api_visibility="private")  # a trigger only
+    return Panel("train", run, stop, status, [algos], [acc_plot, found, loss_plot, rank_plot, notes, summary],
+                 triggers=[go.change], then=[("train_clients", [algos], [client_plot, spread_plot])])

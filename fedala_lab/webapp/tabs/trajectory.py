@@ -41,6 +41,7 @@ def trajectory(app, client, K, before, grid, setting, settings, job):
     (the pathological split, 2 labels per client, whatever the data settings say) or "settings"."""
     from ...analysis.curves import mean_after, switch_curves
     from ...figures.curves import AccuracyCurveDisplay
+    from ...figures.projection import ProjectionCheckDisplay
     from ...figures.trajectory import TrajectoryDisplay
 
     if setting not in SETTINGS:
@@ -55,7 +56,7 @@ def trajectory(app, client, K, before, grid, setting, settings, job):
                                                                  store=store, callback=callback),
                     labels=["FedAvg", f"FedALA (ALA on after round {K})"])
     if got.status:  # stopped: a surface needs both runs' every round of the window
-        return gr.skip(), gr.skip(), gr.skip(), got.status
+        return gr.skip(), gr.skip(), gr.skip(), gr.skip(), got.status + " The surface is drawn once both runs are."
     total = sum(c.rounds for c in cfgs)
     job.progress((total, total), desc=f"loss surface: {grid}×{grid} points", unit="rounds")
     fedavg, fedala = got.runs
@@ -68,8 +69,23 @@ def trajectory(app, client, K, before, grid, setting, settings, job):
     images = int(fedavg.meta["train_sizes"][client])
     shown = frame[list(COLUMNS)].round({"mean_start_loss": 4, "mean_end_loss": 4, "final_end_loss": 4, "client_acc": 2,
                                         "pooled_acc": 2, "max_residual": 3, "path_length": 2})
-    return (disp.figure_, acc.figure_, shown.rename(columns=COLUMNS),
-            explain(frame, cfg, client, images, K, window))
+    check = ProjectionCheckDisplay(disp.landscape_, after=K if K < window[1] else None)
+    return (disp.figure_, acc.figure_, check.plot().figure_, shown.rename(columns=COLUMNS),
+            explain(frame, cfg, client, images, K, window) + " " + off_plane(check.frame_, K))
+
+
+def off_plane(check, K: int) -> str:
+    """How far the contours under the end-of-round markers (after K) are from the models' true losses."""
+    end = check[(check["phase"] == "end") & (check["round"] > K)]
+    if end.empty:
+        return ""
+    gap = (end["plane_loss"] - end["true_loss"]).abs()
+    worst = end.loc[gap.idxmax()]
+    return (f"**Reading the contours:** the models lie off the plotted plane (up to {end['residual'].max():.2g} in "
+            f"parameter units), so the contour under an end-of-round marker differs from the model's true loss by "
+            f"up to {gap.max():.2g} ({worst['label']}, round {int(worst['round'])}: contour {worst['plane_loss']:.3g}, "
+            f"true {worst['true_loss']:.3g}). The lower plot sets the two side by side; compare losses in the "
+            "table, positions on the plot.")
 
 
 def explain(frame, cfg, client: int, images: int, K: int, window) -> str:
@@ -94,31 +110,34 @@ def explain(frame, cfg, client: int, images: int, K: int, window) -> str:
     acc = (f" **Accuracy** (each model before local training, as every round is evaluated): client {client} "
            f"{ala.client_acc:.1f} % with ALA against {avg.client_acc:.1f} %, all clients {ala.pooled_acc:.1f} % "
            f"against {avg.pooled_acc:.1f} % (mean over rounds {K + 1}–{window[1]}): the jump at K in the second plot.")
-    return f"{head}\n\n{start}{end}{acc} Markers are projections: the table gives the true losses."
+    return f"{head}\n\n{start}{end}{acc}"
 
 
 def build(app, settings) -> Panel:
-    gr.Markdown("Paper Fig. 4: one client's local models on its loss surface, FedAvg (black) vs FedALA (blue), "
-                "where FedALA is FedAvg until round K and uses ALA afterwards (the rounds both share are grey). "
-                "Red circles: start of a round, green squares: its end. By default on the paper's protocol: the "
-                "pathological split (2 labels per client), a client with a few hundred images, K once FedAvg has "
-                "levelled off.")
     d = DEFAULTS
-    setting = Radio([(v, k) for k, v in SETTINGS.items()], value="paper", label="data", elem_id="traj-setting",
-                    field="setting")
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=4, min_width=340):
+            setting = Radio([(v, k) for k, v in SETTINGS.items()], value="paper", label="data", elem_id="traj-setting",
+                            field="setting")
+            # client 7 holds ≈ 300 training images in the default pathological split (client 4, the paper's, 45)
+            client = whole_slider(0, d["num_clients"] - 1, 7, "client", "traj-client", field="client")
+            K = whole_slider(0, d["rounds"] - 1, d["rounds"] - 10, "ALA activation round K (ALA on after it)",
+                             "traj-k", field="K")
+            with gr.Row():
+                before = whole_slider(0, 20, 5, "rounds shown before K", "traj-before", field="rounds before K")
+                grid = whole_slider(5, 41, 21, "surface grid (points per axis)", "traj-grid", step=2, field="grid")
+            run, stop, status = run_stop("traj")
+        with gr.Column(scale=7, min_width=480):
+            traj_plot = plot(label="trajectories on the loss surface", elem_id="traj-plot", elem_classes=["main-plot"])
+            gr.Markdown("Paper Fig. 4: one client's local models on its loss surface, FedAvg (black) vs FedALA "
+                        "(blue), FedALA being FedAvg until round K and using ALA after it (shared rounds grey). Red "
+                        "circles: start of a round, green squares: its end.", elem_classes=["note"])
     with gr.Row():
-        # client 7 holds ≈ 300 training images in the default pathological split (client 4, the paper's, 45)
-        client = whole_slider(0, d["num_clients"] - 1, 7, "client", "traj-client", field="client")
-        K = whole_slider(0, d["rounds"] - 1, d["rounds"] - 10, "ALA activation round K (ALA on after it)", "traj-k",
-                         field="K")
-        before = whole_slider(0, 20, 5, "rounds shown before K", "traj-before", field="rounds before K")
-        grid = whole_slider(5, 41, 21, "surface grid (points per axis)", "traj-grid", step=2, field="grid")
-    run, stop, status = run_stop("traj")
-    with gr.Row():
-        traj_plot = plot(label="trajectories on the loss surface", elem_id="traj-plot", scale=3)
-        acc_plot = plot(label="accuracy around K", elem_id="traj-acc-plot", scale=2)
+        acc_plot = plot(label="accuracy around K", elem_id="traj-acc-plot")
+        check_plot = plot(label="true loss against the surface's", elem_id="traj-check-plot")
     losses = table(label="rounds after K", elem_id="traj-table", columns=COLUMNS.values())
-    follow(settings["num_clients"], client, "client", lambda n: n - 1)
+    follow(settings["num_clients"], client, "client", lambda n: n - 1, event="change")
     follow(settings["rounds"], K, "K", lambda t: t - 1)
     recorded_panel("fig4", "The paper's setting, recorded: Fig. 4 on real MNIST pathological with the paper's CNN")
-    return Panel("trajectory", run, stop, status, [client, K, before, grid, setting], [traj_plot, acc_plot, losses])
+    return Panel("trajectory", run, stop, status, [client, K, before, grid, setting],
+                 [traj_plot, acc_plot, check_plot, losses])

@@ -1,0 +1,109 @@
+"""Which numbers of clients a split can serve, so that no number a student picks ends in an error.
+
+A Dirichlet split redraws until every client holds at least ``least_samples`` images and gives up after
+``max_tries`` draws, so past some number of clients it fails (well under 100 for Dir(0.1) on the 3,000-image
+subset). A pathological split hands each label to the first ⌈N·c/L⌉ clients that still have a free slot (PFLlib's
+rule; c labels per client, L labels), which leaves a label without a client for some N: with 2 labels per
+client of 10, N = 5, 9, 10, 13… work and 6, 7, 8, 11, 12 do not.
+
+The app finds the numbers by trying the split itself, on the labels only (one scan per data setting, cached;
+under a second for the embedded data): every N from 2 to 100 for IID and pathological splits (a try takes
+milliseconds), and for a Dirichlet split N = 2, 3, … up to the first it cannot serve (a failed try draws
+:data:`PROBE_TRIES` times, ≈ 0.5 s). The probe draws a multiple of the partitioner's batch of draws, so a
+split found here is the very split the run makes with its own, larger ``max_tries``: every N offered is
+served. It is conservative: an N above the first failure may succeed after more draws, and is not offered.
+
+The rule on the page: the clients slider spans the smallest to the largest N served; a number in between that
+the split cannot serve is moved to the nearest one it can, and the Data tab says so (from what, to what, why).
+A job sent such a number by a script is refused at once, naming the numbers served.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from ..data.config import DataConfig
+from ..data.partition import default_least_samples
+from ..errors import ConfigError, FedalaError
+
+LOWEST, HIGHEST = 2, 100  # the clients slider's own bounds
+PROBE_TRIES = 8192  # 32 batches of the partitioner's 256 draws
+
+
+@dataclass(frozen=True)
+class Served:
+    """The numbers of clients a data setting serves (``ns``, ascending), and what limits them."""
+
+    ns: tuple[int, ...]
+    why: str  # a sentence: what limits the numbers (empty when every number of the slider is served)
+
+    @property
+    def lo(self) -> int:
+        return self.ns[0]
+
+    @property
+    def hi(self) -> int:
+        return self.ns[-1]
+
+    def nearest(self, n: int) -> int:
+        """``n`` if served, else the served number closest to it (the smaller of two as close)."""
+        return min(self.ns, key=lambda m: (abs(m - n), m))
+
+    def check(self, n) -> None:
+        """Refuse ``n`` clients the split cannot serve, naming the field and the numbers (no split drawn)."""
+        if isinstance(n, int) and not isinstance(n, bool) and n not in self.ns:
+            raise ConfigError("num_clients", n, f"a number of clients this split serves: {spans(self.ns)}"
+                              + (f" ({self.why})" if self.why else ""))
+
+
+def spans(ns) -> str:
+    """``5, 9, 10, 13–100``: runs of consecutive numbers as ranges."""
+    ns, out, i = list(ns), [], 0
+    while i < len(ns):
+        j = i
+        while j + 1 < len(ns) and ns[j + 1] == ns[j] + 1:
+            j += 1
+        out.append(str(ns[i]) if j == i else f"{ns[i]}, {ns[j]}" if j == i + 1 else f"{ns[i]}–{ns[j]}")
+        i = j + 1
+    return ", ".join(out)
+
+
+def served(data: DataConfig) -> Served:
+    """The numbers of clients ``data``'s split serves (its ``num_clients`` ignored); see the module's note."""
+    return _scan(data.replace(num_clients=1))
+
+
+@functools.lru_cache(maxsize=64)
+def _scan(data: DataConfig) -> Served:
+    from ..data.federated import split_indices
+    from ..data.sources import load_pool
+
+    pool = load_pool(data.dataset, root=data.root, download=False, resize=None)
+    probe = data.replace(max_tries=min(data.max_tries, PROBE_TRIES))
+    top = min(HIGHEST, len(pool.y))
+    ok, failed, last = [], [], None
+    for n in range(LOWEST, top + 1):
+        try:
+            split_indices(probe.replace(num_clients=n), pool.y)
+        except FedalaError as err:
+            failed.append(n)
+            last = err
+            if ok and data.partition == "dirichlet":  # every further failure costs a whole probe
+                break
+            continue
+        ok.append(n)
+    if not ok:  # no N works: the split's own reason (e.g. more labels per client than the data has)
+        raise last
+    why = []
+    if data.partition == "pathological" and failed:
+        why.append(f"PFLlib's pathological split gives each label to the first ⌈N·{data.classes_per_client}/"
+                   f"{pool.num_classes}⌉ clients with a free slot, which leaves a label without a client for "
+                   f"N = {spans(n for n in failed if n < ok[-1]) or spans(failed)}")
+    elif data.partition == "dirichlet" and ok[-1] < top:
+        least = data.least_samples or default_least_samples(len(pool.y), ok[-1] + 1)
+        why.append(f"Dir({data.beta:g}) cannot give {ok[-1] + 1} clients at least {least} of the "
+                   f"{len(pool.y):,} images each in {probe.max_tries:,} draws")
+    elif failed:
+        why.append(f"{spans(failed)} clients would leave some without images")
+    return Served(tuple(ok), "; ".join(why))
