@@ -36,13 +36,31 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+PLUGIN = """
+import fedala_lab as fl
+
+
+class Halfway(fl.Algorithm):
+    def aggregate(self, rnd, senders):
+        mean = rnd.weighted_mean(senders)
+        return fl.Aggregated({n: (g + mean.params[n]) / 2 for n, g in rnd.global_params.items()}, mean.bytes)
+
+
+fl.register_algorithm("halfway", Halfway, label="Halfway")
+"""
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """``python app.py --port <free>`` with its own run store; yields (url, store folder)."""
     store = tmp_path_factory.mktemp("app_runs")
+    plugins = tmp_path_factory.mktemp("plugins")
+    (plugins / "app_methods.py").write_text(PLUGIN)
     port = _free_port()
     env = {
         **os.environ,
+        "FEDALA_LAB_PLUGINS": "app_methods",  # your own method, offered and run like a built-in
+        "PYTHONPATH": os.pathsep.join([str(plugins), os.environ.get("PYTHONPATH", "")]),
         "GRADIO_ANALYTICS_ENABLED": "False",
         "HF_HUB_OFFLINE": "1",
         "HF_HUB_DISABLE_TELEMETRY": "1",
@@ -83,6 +101,26 @@ def client(server):
     from gradio_client import Client
 
     return Client(server[0], verbose=False)
+
+
+def test_a_plugin_method_is_offered_and_trains_through_the_api(server, client):
+    """A method registered by a plugin ($FEDALA_LAB_PLUGINS here) is on the Train tab's list, with its +ALA
+    variant, and /train runs it into the app's store like a built-in."""
+    from fedala_lab.record.store import RunStore
+
+    info = client.view_api(return_format="dict", print_info=False)
+    algos = next(p for p in info["named_endpoints"]["/train"]["parameters"] if p["parameter_name"] == "algos")
+    assert {"halfway", "halfway+ala"} <= _choices(algos), algos
+    *_, summary, status = client.predict(["halfway"], **SMALL, api_name="/train")
+    assert _rows(summary)[0]["algorithm"] == "Halfway" and "1 run(s)" in status, status
+    assert RunStore(server[1]).list()["algo"].eq("halfway").any()
+
+
+def _choices(param: dict) -> set[str]:
+    """The values a multiselect Dropdown parameter of the API description takes."""
+    t = param.get("type", {})
+    items = t.get("items", {}) if isinstance(t, dict) else {}
+    return set(items.get("enum", []))
 
 
 def _rows(table: dict) -> list[dict]:

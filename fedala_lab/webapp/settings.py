@@ -55,7 +55,10 @@ TRAIN_ALGOS = [
     (algo_label(a), a)
     for a in (*_PAPER["traditional"], *_PAPER["fedala"], *(a + _ALA for a in _PAPER["traditional"]),
               *_PAPER["fine_tuned"], *_PAPER["local"],
-              *PFL_BASELINES, *(a for a in with_ala(PFL_BASELINES) if a not in PFL_BASELINES))
+              *PFL_BASELINES, *(a for a in with_ala(PFL_BASELINES) if a not in PFL_BASELINES),
+              # yours, registered by a plugin (--plugin, $FEDALA_LAB_PLUGINS, an installed entry point) before the
+              # page is built, and the variants they take
+              *(n for n in registry.names() if not registry.resolve(n).base.builtin))
 ]
 TRAIN_ALGOS_INFO = ("Per-FedAvg … PartialFed: the FedALA paper's personalised-FL baselines, each on its own "
                     "default hyper-parameters; “+ALA”: ALA replaces their local initialisation. Every "
