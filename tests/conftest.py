@@ -179,25 +179,8 @@ def assert_same_state(sim_a, sim_b):
     torch.testing.assert_close(state_to_dict(sim_a.state), state_to_dict(sim_b.state), atol=0, rtol=0)
 
 
-def assert_same_run(sim_a, run_a, sim_b, run_b):
-    """Bit for bit: every recorded number but wall-clock seconds, every model, buffer and state."""
-    assert_frames_exact(run_a.clients.drop(columns="seconds"), run_b.clients.drop(columns="seconds"))
-    seconds = [c for c in run_a.rounds if c.endswith("seconds")]
-    assert_frames_exact(run_a.rounds.drop(columns=seconds), run_b.rounds.drop(columns=seconds))
-    assert_frames_exact(run_a.ala, run_b.ala)
-    assert run_a.tables.keys() == run_b.tables.keys()
-    for name, frame in run_a.tables.items():
-        assert_frames_exact(frame, run_b.tables[name])
-    assert sorted(run_a.arrays) == sorted(run_b.arrays)
-    for k in run_a.arrays:
-        np.testing.assert_array_equal(run_a.arrays[k], run_b.arrays[k], err_msg=k)
-    assert_same_models(sim_a, sim_b)
-    assert_same_state(sim_a, sim_b)
-
-
-def assert_same_stored_run(a, b, store_a, store_b):
-    """Two stored runs bit for bit: their records but wall-clock seconds, their arrays and the engine state the
-    store keeps with each at its last round (every model, buffer and the algorithm's state)."""
+def assert_same_records(a, b):
+    """Two runs' records bit for bit: every table but wall-clock seconds, and every recorded array."""
     assert_frames_exact(a.clients.drop(columns="seconds"), b.clients.drop(columns="seconds"))
     seconds = [c for c in a.rounds if c.endswith("seconds")]
     assert_frames_exact(a.rounds.drop(columns=seconds), b.rounds.drop(columns=seconds))
@@ -208,6 +191,19 @@ def assert_same_stored_run(a, b, store_a, store_b):
     assert sorted(a.arrays) == sorted(b.arrays)
     for k in a.arrays:
         np.testing.assert_array_equal(a.arrays[k], b.arrays[k], err_msg=k)
+
+
+def assert_same_run(sim_a, run_a, sim_b, run_b):
+    """Bit for bit: every recorded number but wall-clock seconds, every model, buffer and state."""
+    assert_same_records(run_a, run_b)
+    assert_same_models(sim_a, sim_b)
+    assert_same_state(sim_a, sim_b)
+
+
+def assert_same_stored_run(a, b, store_a, store_b):
+    """Two stored runs bit for bit: their records but wall-clock seconds, their arrays and the engine state the
+    store keeps with each at its last round (every model, buffer and the algorithm's state)."""
+    assert_same_records(a, b)
     sa, sb = store_a.load_state(a.path, a.config.rounds), store_b.load_state(b.path, b.config.rounds)
     for part in ("global", "local", "buffers"):
         assert sa[part].keys() == sb[part].keys()

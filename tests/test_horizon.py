@@ -6,47 +6,19 @@ state). An algorithm that declares ``horizon_free=False`` is never continued (it
 
 import warnings
 
-import numpy as np
-import pandas as pd
 import pytest
-import torch
-from conftest import small_cfg
+from conftest import assert_same_stored_run, small_cfg
 
 import fedala_lab as fl
 from fedala_lab.algorithms import registry
 from fedala_lab.experiments.runs import get_or_run
 from fedala_lab.record.store import RunStore
 
-SECONDS = ["seconds", "init_seconds", "eval_seconds", "train_seconds", "aggregate_seconds", "method_seconds"]
-
-
-def _drop_seconds(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame.drop(columns=[c for c in frame.columns if c in SECONDS or c.endswith("_seconds")])
-
 
 def _get(cfg, store, data):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the ragged data's client without a batch is announced
         return get_or_run(cfg, store, data=data, progress=False)
-
-
-def _assert_exactly_equal(a, b, store_a, store_b):
-    pd.testing.assert_frame_equal(_drop_seconds(a.clients), _drop_seconds(b.clients), check_exact=True)
-    pd.testing.assert_frame_equal(_drop_seconds(a.rounds), _drop_seconds(b.rounds), check_exact=True)
-    assert sorted(a.tables) == sorted(b.tables)
-    for name in a.tables:
-        pd.testing.assert_frame_equal(_drop_seconds(a.tables[name]), _drop_seconds(b.tables[name]),
-                                      check_exact=True, obj=name)
-    assert sorted(a.arrays) == sorted(b.arrays)
-    for k in a.arrays:
-        np.testing.assert_array_equal(a.arrays[k], b.arrays[k], err_msg=k)
-    sa, sb = store_a.load_state(a.path, a.config.rounds), store_b.load_state(b.path, b.config.rounds)
-    assert sorted(sa) == sorted(sb)
-    for part in ("global", "local", "buffers"):
-        assert sa[part].keys() == sb[part].keys()
-        for k in sa[part]:
-            assert torch.equal(sa[part][k], sb[part][k]), (part, k)
-    torch.testing.assert_close(sa["state"], sb["state"], atol=0, rtol=0, equal_nan=True)
 
 
 def _every_algorithm() -> list[str]:
@@ -63,7 +35,7 @@ def test_a_continued_run_equals_a_fresh_run_of_its_length(algo, ragged, tmp_path
     _get(cfg.replace(rounds=3), continued, ragged)
     longer = _get(cfg.replace(rounds=5), continued, ragged)
     assert longer.meta["branched_from"]["round"] == 3, "the 5-round run did not continue the stored 3 rounds"
-    _assert_exactly_equal(longer, _get(cfg.replace(rounds=5), fresh, ragged), continued, fresh)
+    assert_same_stored_run(longer, _get(cfg.replace(rounds=5), fresh, ragged), continued, fresh)
 
 
 class ToTheEnd(fl.Algorithm):
@@ -82,4 +54,4 @@ def test_an_algorithm_that_reads_the_horizon_is_never_continued(ragged, tmp_path
     _get(cfg.replace(rounds=3), store, ragged)
     longer = _get(cfg.replace(rounds=5), store, ragged)
     assert "branched_from" not in longer.meta
-    _assert_exactly_equal(longer, _get(cfg.replace(rounds=5), fresh, ragged), store, fresh)
+    assert_same_stored_run(longer, _get(cfg.replace(rounds=5), fresh, ragged), store, fresh)
