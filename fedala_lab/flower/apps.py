@@ -43,6 +43,7 @@ import tempfile
 import threading
 import time
 import uuid
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from logging import ERROR, INFO, WARNING
@@ -121,6 +122,17 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:200]}"
 
 
+def _unreadable(err: BaseException) -> str:
+    """Why bytes could not be read back, in one line: torch's weights-only refusal as its reason alone (not its
+    advice to unpickle with weights_only=False, which would run whatever the bytes name)."""
+    text = str(err)
+    if not text.startswith("Weights only load failed"):
+        return _first_line(err)
+    paras = [p.strip() for p in text.split("\n\n") if p.strip()][1:]  # the first is the advice
+    reason = " ".join(p for p in paras if not p.startswith("Check the documentation"))
+    return f"{type(err).__name__}: {' '.join(reason.split())[:160]}"
+
+
 def _who(client: int, node: int | None) -> str:
     return f"client {client}" + (f" (SuperNode {node})" if node is not None else "")
 
@@ -132,7 +144,7 @@ def _reply(msg: Message, client: int, t: int | None = None, node: int | None = N
     where = f"round {t}: " if t is not None else ""
     if msg.has_error():
         raise FedalaError(f"{where}{_who(client, node)} failed: {_reason(msg.error.reason)}")
-    part = "its records"
+    part = "content"
     try:
         c = msg.content
         extra = c[EXTRA]
@@ -140,14 +152,15 @@ def _reply(msg: Message, client: int, t: int | None = None, node: int | None = N
         metrics = {k: float(c[OUT_METRICS][k]) for k in METRICS}
         upload = _tensors(c[UPLOAD]) if UPLOAD in c else None
         decoded = {}
-        for part in ("snapshots", "records", "meta"):
-            decoded[part] = from_bytes(extra[part])
-        part = "its rows"
+        with warnings.catch_warnings():  # torch's notes on a foreign pickle protocol: the refusal says it all
+            warnings.simplefilter("ignore")
+            for part in ("snapshots", "records", "meta"):
+                decoded[part] = from_bytes(extra[part])
+        part = "rows"
         rows = bytes(extra["rows"]) or None
     except Exception as err:  # noqa: BLE001 - whatever a node sent: refused unread, naming the client
-        raise FedalaError(f"{where}the reply of {_who(client, node)} cannot be read ({part.removeprefix('its ')}: "
-                          f"{_first_line(err)}): a reply holds only tensors, numbers and strings, so it was "
-                          "refused unread") from None
+        raise FedalaError(f"{where}the reply of {_who(client, node)} cannot be read ({part}: {_unreadable(err)}): "
+                          "a reply holds only tensors, numbers and strings, so it was refused unread") from None
     if claimed != client:
         raise FedalaError(f"{where}the SuperNode of client {client} ({node}) replied as client {claimed}")
     return Reply(client=client, metrics=metrics, upload=upload, snapshots=decoded["snapshots"],
@@ -227,9 +240,11 @@ def _serve(msg: Message, context: Context) -> Message:
     if cfg["rows_from"] == "server":
         saved = bytes(cfg["rows"])
         try:
-            from_bytes(saved)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                from_bytes(saved)
         except Exception as err:  # noqa: BLE001 - whatever a server sent: refused unread
-            raise FedalaError(f"the rows handed to client {mine} cannot be read ({_first_line(err)}): rows hold only "
+            raise FedalaError(f"the rows handed to client {mine} cannot be read ({_unreadable(err)}): rows hold only "
                               "tensors, numbers and strings, so they were refused unread") from None
     elif cfg["rows_from"] == "initial":
         saved = None
