@@ -518,6 +518,10 @@ def test_a_lost_node_stops_the_run_naming_the_client_and_round_and_flower_run_co
     again = serve(flower_server(cfg, rejoin=0, checkpoint=ckpt), FakeGrid({300 + c: c for c in range(4)}))
     assert again.error is None and again.side.round == 3
     assert_same(run, again.run, sim.global_params, again.side.sim.global_params)
+    # the checkpoint of the last round (a ServerApp stopped before it saved the run): no federation needed
+    last = serve(flower_server(cfg, checkpoint=ckpt, join=0.1), FakeGrid({}))
+    assert last.error is None
+    assert_same(run, last.run, sim.global_params, last.side.sim.global_params)
 
 
 def test_a_round_waits_for_a_lost_node_no_longer_than_rejoin(task_identity):

@@ -316,7 +316,8 @@ class FlowerServer:
         if self.checkpoint is not None and side.load_checkpoint(self.checkpoint):
             self._say(WARNING, "continuing %s from its checkpoint after round %d of %d (%s)", cfg.algo, side.round,
                       cfg.rounds, self.checkpoint)
-        self.nodes = self._join(grid)
+        if side.round < cfg.rounds:  # a checkpoint of the last round (the run not yet saved) needs no federation
+            self.nodes = self._join(grid)
         for t in range(side.round + 1, cfg.rounds + 1):
             orders = {o.client: o for o in side.orders(t)}
             replies = self._exchange(grid, t, orders, _arrays(side.downloads()))
