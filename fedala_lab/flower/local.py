@@ -185,30 +185,35 @@ class LocalFederation:
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         """``sig`` to ``name``'s process group and to every process started under it (Flower starts its
-        SuperExec in a session of its own, which starts the ServerApp or ClientApp processes), and waited for."""
+        SuperExec in a session of its own, which starts the ServerApp or ClientApp processes), and waited for;
+        SIGKILL after 30 s if any is still there."""
         proc = self.procs.pop(name, None)
         if proc is None:
             return
-        tree = descendants(proc.pid)
-        for pid in [proc.pid, *tree]:
-            for send in (os.killpg, os.kill):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    send(pid, sig)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-        until(f"{name}'s processes ended", lambda: not [p for p in tree if alive(p)], 30)
+        tree = [proc.pid, *descendants(proc.pid)]
+        for attempt in (sig, signal.SIGKILL):
+            for pid in tree:
+                for send in (os.killpg, os.kill):
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        send(pid, attempt)
+            try:
+                proc.wait(timeout=30)
+                until(f"{name}'s processes ended", lambda: not [p for p in tree[1:] if alive(p)], 30)
+                return
+            except (subprocess.TimeoutExpired, FedalaError):
+                if attempt == signal.SIGKILL:
+                    raise FedalaError(f"{name} (process {proc.pid}) or a process under it did not end") from None
 
     def close(self) -> None:
-        """Stop every process started (the SuperNodes first), SIGTERM then SIGKILL."""
+        """Stop every process started (the SuperNodes first): SIGTERM, then SIGKILL."""
+        failed = []
         for name in sorted(self.procs, key=lambda n: n == "superlink"):
             try:
                 self.kill(name, signal.SIGTERM)
-            except FedalaError:
-                self.kill(name, signal.SIGKILL)
+            except FedalaError as err:  # the others are stopped all the same
+                failed.append(str(err))
+        if failed:
+            raise FedalaError("; ".join(failed))
 
     # -- the flwr command ------------------------------------------------------------------------------
 
