@@ -11,8 +11,8 @@ for the same partition and the run finishes. Both finished runs equal the engine
 
 Every process is stopped by its process group in a ``finally`` (the fixture's), every wait has a deadline,
 and Flower's home (``FLWR_HOME``) and ``HOME`` are temporary folders. A SuperNode starts a Python process per
-message (torch imported, the data built), so a round takes seconds: ``slow`` (about 2 minutes on 2 idle
-cores, 5 at load 6).
+message (torch imported, the data built), so a round takes seconds, and Flower notices a lost node only after
+its heartbeat patience (up to a minute): ``slow`` (about 4 minutes on this 2-core machine, 5 when loaded).
 """
 
 from __future__ import annotations
