@@ -6,6 +6,11 @@ algorithm's state equal the engine's bit for bit — in one process (run_split, 
 Flower's simulation engine (one Ray start for FedAvg and FedALA on teach, ≈ 1 minute on 2 cores). Within a
 round an algorithm's table rows come client by client (the engine writes ALA's passes across clients), so
 tables are compared as sets of rows.
+
+The ServerApp and ClientApp also run here over a Grid whose SuperNodes live in this process (FakeGrid: a node
+can be lost, replaced, or its reply tampered with): a lost node's round sent again, a run stopped and
+continued from its checkpoint, bad partition-ids, bad waits and a hung or failed Ray start, each with its one
+line. The real deployment (a SuperLink and SuperNodes, ``flwr run``, kill -9): tests/test_flower_deploy.py.
 """
 
 from __future__ import annotations
@@ -115,6 +120,64 @@ def test_each_client_keeps_its_own_model_and_state_between_rounds(ragged):
             assert torch.equal(v[0], sim.state.inner.params[n][c])
     # the process's own rows are NaN outside a message: no client reads another's
     assert torch.isnan(client.sim.local_params["fc.weight"]).all()
+
+
+def _split_rounds(server, client, rounds, saved=None):
+    """Rounds ``rounds`` carried in one process; ``saved`` None: each client handed the rows the server holds
+    (a resumed run's nodes hold none of their own)."""
+    for t in rounds:
+        glob = server.downloads()
+        replies = []
+        for order in server.orders(t):
+            rows = server.rows(order.client) if saved is None else saved.get(order.client)
+            reply, kept = client.serve(order, glob, rows)
+            if saved is not None:
+                saved[order.client] = kept
+            replies.append(reply)
+        server.finish(t, replies)
+
+
+def _split_checkpoint(cfg, data, path):
+    """The server's checkpoint of a split run of ``cfg`` after its rounds 1 and 2, at ``path``."""
+    server = ServerSide(cfg, data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _split_rounds(server, ClientSide(server.cfg, data), (1, 2), saved={})
+    server.save_checkpoint(path)
+    return path
+
+
+@pytest.mark.parametrize("algo,extra", [
+    ("fedala", {"max_start_epochs": 2, "threshold": 1e-6}),  # capped clients: the clients' meta lists kept
+    ("ditto+ala", {}), ("fedrep", {})])
+def test_a_split_run_continues_exactly_from_the_servers_checkpoint(algo, extra, ragged, tmp_path):
+    """The server's checkpoint after round 2 (the engine's format, the clients' rows filled in) continued by a
+    new server whose clients hold nothing but what it hands them: the run equals the uninterrupted engine's."""
+    cfg = small_cfg(algo=algo, backend="loop", rounds=4, join_ratio=0.6, stragglers=0.5, **extra)
+    sim, run = engine(cfg, ragged)
+    ckpt = _split_checkpoint(cfg, ragged, tmp_path / "ckpt.pt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        server = ServerSide(cfg, ragged)
+        assert server.round == 0 and server.load_checkpoint(ckpt) and server.round == 2
+        _split_rounds(server, ClientSide(server.cfg, ragged), (3, 4))
+    assert_same(run, server.to_run(), sim.global_params, server.sim.global_params)
+    if extra:
+        assert run.meta["capped_clients"]  # the case happened
+
+
+def test_the_engine_continues_a_split_checkpoint_and_refuses_what_is_not_one(ragged, tmp_path):
+    cfg = small_cfg(algo="fedala", backend="loop", rounds=4, join_ratio=0.6)
+    sim, run = engine(cfg, ragged)
+    ckpt = _split_checkpoint(cfg, ragged, tmp_path / "ckpt.pt")
+    resumed = Simulation(cfg, ragged)
+    assert resumed.load_checkpoint(ckpt) and resumed.round == 2
+    assert_same(run, resumed.run(progress=False), sim.global_params, resumed.global_params)
+    # an engine checkpoint lacks the clients' rows as they kept them; another config's is not this run's
+    resumed.save_checkpoint(tmp_path / "engine.pt")
+    assert not ServerSide(cfg, ragged).load_checkpoint(tmp_path / "engine.pt")
+    assert not ServerSide(cfg.replace(seed=1), ragged).load_checkpoint(ckpt)
+    assert not ServerSide(cfg, ragged).load_checkpoint(tmp_path / "absent.pt")
 
 
 def test_a_client_trains_alone_on_the_loop_backend_whatever_auto_would_pick(ragged):
@@ -307,45 +370,297 @@ def test_the_flower_app_config_names_the_apps_and_a_run():
         config_from_run_config({**app["config"], "set": "no_such=1"})
 
 
-def test_the_client_app_keeps_each_clients_rows_in_its_context_and_the_server_decodes_its_replies(monkeypatch):
-    """The ClientApp's handlers and the server's messages without Ray: each node's Context carried from
-    message to message as Flower carries it, the replies decoded by the server, the run the engine's."""
-    from flwr.app import Context, Message, RecordDict
+class FakeGrid:
+    """Flower's Grid as a ServerApp sees it, with its SuperNodes in this process: each message is served when it
+    is pushed, by the ClientApp with its node's Context (kept from message to message, as Flower keeps it), and
+    its reply (or Flower's error reply) is there at the next pull. ``lose(node)`` takes a node away (its
+    messages get Flower's "Node Unavailable"), ``add(node, partition)`` brings one; ``tamper(reply)`` may
+    change each reply."""
+
+    def __init__(self, partitions: dict[int, object], *, silent: bool = False):
+        from flwr.app import Context, RecordDict
+
+        self._context = lambda node, p: Context(run_id=1, node_id=node, node_config={"partition-id": p},
+                                                state=RecordDict(), run_config={})
+        self.contexts = {node: self._context(node, p) for node, p in partitions.items()}
+        self.replies, self.pushed, self.silent = {}, [], silent
+        self.on_push = self.tamper = None
+
+    def add(self, node, partition):
+        self.contexts[node] = self._context(node, partition)
+
+    def lose(self, node):
+        del self.contexts[node]
+
+    def get_node_ids(self):
+        return list(self.contexts)
+
+    def push_messages(self, messages):
+        import uuid
+
+        ids = []
+        for m in messages:
+            mid = uuid.uuid4().hex
+            m.metadata.__dict__["_message_id"] = mid
+            ids.append(mid)
+            self.pushed.append(m)
+            if self.on_push is not None:
+                self.on_push(self, m)
+            if not self.silent:
+                self.replies[mid] = self._serve(m)
+        return ids
+
+    def _serve(self, m):
+        from flwr.app import Error, Message
+        from flwr.common.constant import ErrorCode
+
+        from fedala_lab.flower import client_app
+
+        ctx = self.contexts.get(m.metadata.dst_node_id)
+        if ctx is None:
+            return Message(Error(code=ErrorCode.NODE_UNAVAILABLE, reason="Error: Node Unavailable — The destination "
+                                 "node failed to report a heartbeat within 2 × its expected interval."), reply_to=m)
+        try:
+            reply = client_app(m, ctx)
+        except Exception as ex:  # noqa: BLE001 - as Flower reports a ClientApp's exception
+            return Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=str(type(ex)) + ":<'" + str(ex)
+                                 + "'>"), reply_to=m)
+        return self.tamper(m, reply) if self.tamper is not None else reply
+
+    def pull_messages(self, ids):
+        return [self.replies.pop(i) for i in list(ids) if i in self.replies]
+
+
+@pytest.fixture
+def task_identity(monkeypatch):
     from flwr.supercore.task_identity import TaskIdentity
 
     for k in ("_run_id", "_node_id", "_task_id"):  # what Flower sets in the process of a ServerApp
         monkeypatch.setattr(TaskIdentity, k, 1)
 
-    from fedala_lab.flower import FlowerServer, client_app
-    from fedala_lab.flower.apps import EXTRA, GLOBAL, ORDER, STATE, _arrays, _reply
 
-    cfg = fl.preset("teach-digits", algo="fedprox+ala", rounds=3, num_clients=4, backend="loop", join_ratio=0.5)
-    sim, run = engine(cfg)
-    server = FlowerServer(cfg, progress=False)
-    nodes = {c: Context(run_id=1, node_id=100 + c, node_config={"partition-id": c}, state=RecordDict(),
-                        run_config={}) for c in range(4)}
-    dummy = Order(0, -1, [], init=False, evaluate=False, train=False)
-    for c, ctx in nodes.items():  # the handshake
-        hello = client_app(Message(RecordDict({ORDER: server._order(dummy)}), dst_node_id=100 + c,
-                                   message_type="query"), ctx)
-        assert int(hello.content[EXTRA]["client"]) == c
+def flower_server(cfg, **kw):
+    from fedala_lab.flower import FlowerServer
+
+    return FlowerServer(cfg, progress=False, join=kw.pop("join", 5), **kw)
+
+
+def serve(server, grid):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for t in (1, 2, 3):
-            orders = server.side.orders(t)
-            glob = _arrays(server.side.downloads())
-            replies = []
-            for o in orders:
-                msg = Message(RecordDict({ORDER: server._order(o), GLOBAL: glob}), dst_node_id=100 + o.client,
-                              message_type="train" if o.train else "evaluate")
-                replies.append(_reply(client_app(msg, nodes[o.client]), o.client))
-            server.side.finish(t, replies)
-    assert all(f"{STATE}.{server.token}" in ctx.state for ctx in nodes.values())
-    wrong = Message(RecordDict({ORDER: server._order(orders[1]), GLOBAL: glob}), dst_node_id=100,
+        server.main(grid, None)
+    return server
+
+
+DIGITS4 = {"algo": "fedprox+ala", "rounds": 3, "num_clients": 4, "backend": "loop", "join_ratio": 0.5}
+
+
+def test_the_apps_over_a_grid_equal_the_engine_and_each_node_keeps_its_clients_rows(task_identity):
+    """The ServerApp and the ClientApp without Ray: the orders, the handshake, the replies decoded and each
+    node's Context carried as Flower carries it; the run is the engine's."""
+    from flwr.app import Message, RecordDict
+
+    from fedala_lab.flower import client_app
+    from fedala_lab.flower.apps import GLOBAL, ORDER, STATE
+
+    cfg = fl.preset("teach-digits", **DIGITS4)
+    sim, run = engine(cfg)
+    grid = FakeGrid({100 + c: c for c in range(4)})
+    server = serve(flower_server(cfg), grid)
+    assert server.error is None
+    assert_same(run, server.run, sim.global_params, server.side.sim.global_params)
+    assert all(f"{STATE}.{server.token}" in ctx.state for ctx in grid.contexts.values())
+    # the rows travel down only when a node lacks them: the first order of a client starts from the initial ones
+    sent = [m.content[ORDER]["rows_from"] for m in grid.pushed if m.metadata.message_type != "query"]
+    assert set(sent) == {"initial", "context"} and sent.count("initial") == 4
+    order = next(m for m in grid.pushed if m.metadata.message_type == "train").content[ORDER]
+    wrong = Message(RecordDict({ORDER: order, GLOBAL: grid.pushed[-1].content[GLOBAL]}), dst_node_id=100,
                     message_type="train")
-    with pytest.raises(fl.FedalaError, match=f"an order for client {orders[1].client} reached the node of partition 0"):
-        client_app(wrong, nodes[0])
-    assert_same(run, server.side.to_run(), sim.global_params, server.side.sim.global_params)
+    if order["client"] != 0:
+        with pytest.raises(fl.FedalaError, match=f"an order for client {order['client']} reached the node of "
+                                                 "partition 0"):
+            client_app(wrong, grid.contexts[100])
+
+
+def lose_in_round(t, node, then=None):
+    """An on_push hook: the node is lost when round t's first order is pushed (``then(grid)`` after)."""
+    def hook(grid, m):
+        if m.metadata.group_id == str(t) and node in grid.contexts:
+            grid.lose(node)
+            if then is not None:
+                then(grid)
+    return hook
+
+
+def test_a_lost_node_costs_a_round_its_order_goes_to_the_node_that_replaces_it(task_identity):
+    cfg = fl.preset("teach-digits", **DIGITS4)
+    sim, run = engine(cfg)
+    grid = FakeGrid({100 + c: c for c in range(4)})
+    grid.on_push = lose_in_round(2, 101, then=lambda g: g.add(201, 1))  # a new SuperNode, partition-id=1
+    server = serve(flower_server(cfg, rejoin=5), grid)
+    assert server.error is None, server.error
+    assert_same(run, server.run, sim.global_params, server.side.sim.global_params)
+    again = [m for m in grid.pushed if m.metadata.dst_node_id == 201 and m.metadata.message_type != "query"]
+    assert again[0].content["fedala.order"]["rows_from"] == "server"  # its rows of round 1, from the server
+
+
+def test_a_lost_node_stops_the_run_naming_the_client_and_round_and_flower_run_continues_it(task_identity, tmp_path):
+    cfg = fl.preset("teach-digits", **DIGITS4)
+    sim, run = engine(cfg)
+    ckpt = tmp_path / "ckpt.pt"
+    grid = FakeGrid({100 + c: c for c in range(4)})
+    grid.on_push = lose_in_round(2, 101)
+    server = serve(flower_server(cfg, rejoin=0, checkpoint=ckpt), grid)
+    msg = str(server.error)
+    assert msg.startswith("round 2: client 1 (partition-id=1): its SuperNode 101 was lost (Node Unavailable — ")
+    assert f"Rounds 1–1 are kept ({ckpt})" in msg and "client -1" not in msg and server.run is None
+    # a new ServerApp (flwr run again), on a new federation: every node's Context is empty
+    again = serve(flower_server(cfg, rejoin=0, checkpoint=ckpt), FakeGrid({300 + c: c for c in range(4)}))
+    assert again.error is None and again.side.round == 3
+    assert_same(run, again.run, sim.global_params, again.side.sim.global_params)
+    # the checkpoint of the last round (a ServerApp stopped before it saved the run): no federation needed
+    last = serve(flower_server(cfg, checkpoint=ckpt, join=0.1), FakeGrid({}))
+    assert last.error is None
+    assert_same(run, last.run, sim.global_params, last.side.sim.global_params)
+
+
+def test_a_round_waits_for_a_lost_node_no_longer_than_rejoin(task_identity):
+    cfg = fl.preset("teach-digits", **{**DIGITS4, "rounds": 2})
+    grid = FakeGrid({100 + c: c for c in range(4)})
+    grid.on_push = lose_in_round(2, 102)
+    server = serve(flower_server(cfg, rejoin=0.5), grid)
+    assert "round 2: client 2 (partition-id=2): its SuperNode 102 was lost" in str(server.error)
+    assert "and no SuperNode served partition-id=2 within rejoin=0.5 s. No round was kept" in str(server.error)
+
+
+class _Evil:
+    def __reduce__(self):
+        import os
+        return os.system, ("touch EVIL_RAN",)
+
+
+def test_a_malicious_pickle_in_a_reply_is_refused_unread_naming_the_client(task_identity, tmp_path, monkeypatch):
+    import pickle
+
+    from flwr.app import ConfigRecord
+
+    monkeypatch.chdir(tmp_path)
+    cfg = fl.preset("teach-digits", **{**DIGITS4, "rounds": 2})
+
+    def tamper(m, reply):
+        if m.metadata.dst_node_id == 102 and m.metadata.group_id == "2":
+            extra = dict(reply.content["fedala.extra"])
+            extra["records"] = pickle.dumps(_Evil(), protocol=2)  # the protocol torch.save writes
+            reply.content["fedala.extra"] = ConfigRecord(extra)
+        return reply
+
+    grid = FakeGrid({100 + c: c for c in range(4)})
+    grid.tamper = tamper
+    server = serve(flower_server(cfg), grid)
+    msg = str(server.error)
+    assert msg.startswith("round 2: the reply of client 2 (SuperNode 102) cannot be read (records: UnpicklingError: "
+                          "Trying to load unsupported GLOBAL posix.system whose module posix is blocked.)")
+    assert msg.endswith("refused unread") and "\n" not in msg and "weights_only" not in msg
+    assert not (tmp_path / "EVIL_RAN").exists()
+
+
+@pytest.mark.parametrize("value,shown", [
+    ("abc", "partition-id='abc' is not allowed: a client id: an integer 0 … N−1"),
+    (1.5, "partition-id=1.5 is not allowed: a client id: an integer"),  # refused, not truncated to 1
+    (True, "partition-id=True is not allowed"),
+    (-1, "partition-id=-1 is not allowed: a client of the run's data: 0 … 3 (4 clients)"),
+    (7, "partition-id=7 is not allowed: a client of the run's data: 0 … 3 (4 clients)")])
+def test_a_supernode_with_a_bad_partition_id_is_refused_naming_it(value, shown, task_identity):
+    cfg = fl.preset("teach-digits", **{**DIGITS4, "rounds": 1})
+    server = serve(flower_server(cfg), FakeGrid({100: 0, 101: 1, 102: value, 103: 3}))
+    assert str(server.error) == f"SuperNode 102 cannot join: {shown}" or str(server.error).startswith(
+        f"SuperNode 102 cannot join: {shown}")
+    assert "invalid literal" not in str(server.error)
+
+
+def test_a_partition_id_given_as_digits_in_quotes_is_that_client(task_identity):
+    cfg = fl.preset("teach-digits", **{**DIGITS4, "rounds": 1})
+    server = serve(flower_server(cfg), FakeGrid({100: "0", 101: 1, 102: " 2", 103: 3}))
+    assert server.error is None and server.nodes == {0: 100, 1: 101, 2: 102, 3: 103}
+
+
+def test_a_federation_that_does_not_join_in_time_is_refused_in_bounded_time(task_identity):
+    cfg = fl.preset("teach-digits", **{**DIGITS4, "rounds": 1})
+    with pytest.raises(fl.ConfigError, match=r"num_clients=4 is not allowed: the number of SuperNodes, one per "
+                                             r"client: 3 connected within join=0.5 s"):
+        raise serve(flower_server(cfg, join=0.5), FakeGrid({100: 0, 101: 1, 102: 2})).error
+    with pytest.raises(fl.FedalaError, match=r"no answer from the SuperNodes of client\(s\) \[0, 1, 2, 3\] within "
+                                             r"join=0.5 s \(0 of 4 answered\)"):
+        raise serve(flower_server(cfg, join=0.5), FakeGrid({100 + c: c for c in range(4)}, silent=True)).error
+    with pytest.raises(fl.FedalaError, match=r"two SuperNodes \(100, 104\) serve partition-id=0"):
+        raise serve(flower_server(cfg), FakeGrid({100: 0, 101: 1, 102: 2, 103: 3, 104: 0})).error
+
+
+@pytest.mark.parametrize("key,value,allowed", [
+    ("timeout", "abc", "seconds ≥ 0 to wait for a round's replies"), ("timeout", -5, "seconds ≥ 0"),
+    ("timeout", float("inf"), "seconds ≥ 0"), ("join", "x", "seconds ≥ 0 to wait for the SuperNodes"),
+    ("rejoin", -1, "seconds ≥ 0 to wait for a lost client's SuperNode"), ("resume", "no", "true"),
+    ("store", 3, "a folder path")])
+def test_the_server_apps_own_keys_are_checked_naming_each(key, value, allowed):
+    from fedala_lab.flower.apps import server_options
+
+    with pytest.raises(fl.ConfigError) as err:
+        server_options({"timeout": 0, key: value})
+    assert str(err.value).startswith(f"{key}={value!r} is not allowed: {allowed}")
+    assert server_options({"timeout": 30, "rejoin": 0}) == {"timeout": 30.0, "join": 120.0, "rejoin": 0.0,
+                                                            "resume": True, "store": "runs/flower"}
+    with pytest.raises(fl.ConfigError, match="timeout=-5 is not allowed"):
+        flower_server(fl.preset("teach-digits", num_clients=2), timeout=-5)
+
+
+def _engine_that(behaviour):
+    """A stand-in for flwr.simulation.run_simulation: runs the ServerApp in a thread, as Flower does, on a grid
+    whose clients never answer, then ``behaviour()`` (raise as a failed Ray start, or block as a hung one)."""
+    def run_simulation(server_app, client_app, num_supernodes, backend_config, verbose_logging):
+        import threading
+
+        grid = FakeGrid({100 + c: c for c in range(num_supernodes)}, silent=True)
+        threading.Thread(target=server_app, args=(grid, None), daemon=False).start()
+        behaviour()
+    return run_simulation
+
+
+def test_run_flower_ends_with_a_message_when_rays_start_fails_or_hangs(monkeypatch, task_identity):
+    import threading
+    import time
+
+    import flwr.simulation
+
+    from fedala_lab.flower import apps, run_flower
+
+    cfg = fl.preset("teach-digits", algo="fedavg", rounds=1, num_clients=2, backend="loop")
+
+    def fails():
+        time.sleep(0.3)
+        try:
+            raise TimeoutError("The current node timed out during startup")
+        except TimeoutError as err:
+            raise RuntimeError("An error was encountered. Ending simulation.") from err
+
+    before = threading.active_count()
+    monkeypatch.setattr(flwr.simulation, "run_simulation", _engine_that(fails))
+    tic = time.monotonic()
+    with pytest.raises(fl.FedalaError, match="Flower's simulation engine stopped before the run finished: "
+                                             "TimeoutError: The current node timed out during startup"):
+        run_flower(cfg, progress=False)
+    assert time.monotonic() - tic < 30
+    time.sleep(1)
+    assert threading.active_count() <= before  # the ServerApp's thread ended too: nothing left to hang on exit
+
+    monkeypatch.setattr(flwr.simulation, "run_simulation", _engine_that(threading.Event().wait))  # hangs forever
+    monkeypatch.setattr(apps, "STOP_SECONDS", 0.5)
+    tic = time.monotonic()
+    with pytest.raises(fl.FedalaError, match=r"Flower's simulation engine \(Ray and its client processes\) did not "
+                                             r"start within start_timeout=1 s.* \(0 of 2 clients answered\)"):
+        run_flower(cfg, progress=False, start_timeout=1)
+    assert time.monotonic() - tic < 30
+    with pytest.raises(fl.ConfigError, match="start_timeout=0 is not allowed"):
+        run_flower(cfg, start_timeout=0)
 
 
 def test_a_client_loads_handed_over_data_only_when_run_flower_started_it(monkeypatch, tmp_path):

@@ -16,8 +16,9 @@ method that reads a model it would not hold fails loudly (:class:`~fedala_lab.er
 
 A transport uses only this (docs/design.md#one-round-two-transports): ``ServerSide`` — ``cfg``,
 ``num_clients``, ``train_size(c)``, ``global_params``, ``downloads()``, ``orders(t)``, ``finish(t, replies)``,
-``to_run()``, ``client_backend``; ``ClientSide`` — ``num_clients``, ``train_size(c)``, ``backend_name``,
-``serve(order, glob, saved)``; the values :class:`Order` and :class:`Reply`; :func:`to_bytes` /
+``to_run()``, ``client_backend``, and to survive a lost node or server ``round``, ``rows(c)``,
+``save_checkpoint(path)``, ``load_checkpoint(path)``; ``ClientSide`` — ``num_clients``, ``train_size(c)``,
+``backend_name``, ``serve(order, glob, saved)``; the values :class:`Order` and :class:`Reply`; :func:`to_bytes` /
 :func:`from_bytes`. (``sim``, each side's engine state, is for tests that compare it with the engine's.)
 
 Which methods run so (:func:`split_refusal`): those whose client hooks need only G and the client's own model,
@@ -37,7 +38,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..algorithms.base import Algorithm, Round, Wrapper, state_to_dict
+from ..algorithms.base import Algorithm, Round, Wrapper, state_from_dict, state_to_dict
 from ..compute.device import cpu_threads
 from ..config import RunConfig
 from ..data.federated import FederatedData
@@ -150,7 +151,9 @@ class Reply:
     """What client ``client`` sends back: ``metrics`` (:data:`~fedala_lab.engine.rounds.METRICS`), its
     ``upload`` (the parameters the method aggregates, None when it sends nothing), ``snapshots`` ({"start"/
     "end": its flattened model}), ``records`` (what its hooks recorded, as plain values) and ``meta`` (the list
-    entries of the algorithm's ``meta`` on its state, e.g. ALA's capped clients)."""
+    entries of the algorithm's ``meta`` on its state, e.g. ALA's capped clients) and ``rows``: the rows it keeps
+    after this order (:meth:`ClientSide.serve`'s bytes), which the server keeps for its checkpoints and to hand
+    back to a node that lacks them (a resumed run, a replacement SuperNode)."""
 
     client: int
     metrics: dict[str, float]
@@ -158,6 +161,7 @@ class Reply:
     snapshots: dict[str, torch.Tensor] = field(default_factory=dict)
     records: list = field(default_factory=list)
     meta: dict[str, list] = field(default_factory=dict)
+    rows: bytes | None = None
 
 
 def to_bytes(obj) -> bytes:
@@ -225,6 +229,29 @@ def put_state_rows(live, rows, c: int, n: int):
     if isinstance(live, torch.Tensor):
         return rows.to(live.device, live.dtype)
     return rows
+
+
+def put_client_rows(plain, rows, c: int, n: int) -> None:
+    """Write the per-client tensors of client ``c``'s :func:`state_rows` ``rows`` into row c of the plain state
+    ``plain`` (``state_to_dict``'s, in place); every other value stays ``plain``'s (the server's own)."""
+    if isinstance(plain, dict) and isinstance(rows, dict):
+        for k, v in plain.items():
+            if k in rows:
+                put_client_rows(v, rows[k], c, n)
+    elif isinstance(plain, list) and isinstance(rows, list) and len(plain) == len(rows):
+        for a, b in zip(plain, rows):
+            put_client_rows(a, b, c, n)
+    elif _per_client(plain, n) and isinstance(rows, torch.Tensor) and rows.shape[1:] == plain.shape[1:]:
+        plain[c] = rows[0].to(plain.dtype)
+
+
+def _cloned(plain):
+    """A plain state (``state_to_dict``'s) with every tensor copied."""
+    if isinstance(plain, dict):
+        return {k: _cloned(v) for k, v in plain.items()}
+    if isinstance(plain, list):
+        return [_cloned(v) for v in plain]
+    return plain.clone() if isinstance(plain, torch.Tensor) else plain
 
 
 def poison(tree, rows, n: int) -> None:
@@ -313,7 +340,8 @@ class ClientSide:
         try:
             with cpu_threads(self.sim.threads):
                 reply = self._serve(order, glob)
-            return reply, self._save(c)
+            reply.rows = self._save(c)
+            return reply, reply.rows
         finally:
             for tree in (self.sim.local_params, self.sim.local_buffers, self.sim.state):
                 poison(tree, c, n)
@@ -362,13 +390,22 @@ class ClientSide:
 
 
 class _ServerSimulation(Simulation):
-    """The server's engine state; its Run says where the round ran and gathers the clients' meta lists."""
+    """The server's engine state; its Run says where the round ran and gathers the clients' meta lists.
+
+    Its checkpoint (:meth:`state_dict`) is the engine's own (``Simulation.state_dict``, the file the run store
+    keeps at ``checkpoint_for(cfg)``) with every client's rows filled in from the rows the clients sent back, so
+    the engine can continue it too; ``"split"`` adds what continuing it apart needs exactly: each client's rows
+    as it kept them, the server's own algorithm state, the clients' meta lists and backend."""
 
     def __init__(self, cfg: RunConfig, data, model, engine: str):
         super().__init__(cfg, data, model=model)
         self.close()  # the server trains nothing: no worker processes
         self.engine, self.client_backend = engine, None
         self.meta_lists: dict[str, list] = {}  # the clients' list entries of the algorithm's meta
+        self.client_rows: dict[int, bytes] = {}  # each client's rows as it last sent them (Reply.rows)
+        # every client's rows before any round (all alike): what a client the run never served still holds
+        self.initial = {"params": {k: v[0].detach().cpu().clone() for k, v in self.local_params.items()},
+                        "buffers": {k: v[0].detach().cpu().clone() for k, v in self.local_buffers.items()}}
 
     def to_run(self, status: str = "complete") -> Run:
         run = super().to_run(status=status)
@@ -380,6 +417,35 @@ class _ServerSimulation(Simulation):
         run.meta["split"] = {"clients": self.num_clients, "phase_seconds": "summed over clients",
                              "seconds": "server wall clock per round, communication included"}
         return run
+
+    def state_dict(self, *, recorder: bool = True) -> dict:
+        d = super().state_dict(recorder=recorder)
+        n, server_state = self.num_clients, d["state"]
+        local, buffers = ({k: v.unsqueeze(0).repeat(n, *[1] * v.dim()) for k, v in self.initial[part].items()}
+                          for part in ("params", "buffers"))
+        state = _cloned(server_state)
+        for c, blob in sorted(self.client_rows.items()):
+            rows = from_bytes(blob)
+            for tree, part in ((local, "params"), (buffers, "buffers")):
+                for k, v in rows[part].items():
+                    tree[k][c] = v
+            put_client_rows(state, rows["state"], c, n)
+        d.update(local=local, buffers=buffers, state=state,
+                 split={"clients": dict(self.client_rows), "server_state": server_state,
+                        "meta_lists": self.meta_lists, "client_backend": self.client_backend, "engine": self.engine})
+        return d
+
+    def load_state_dict(self, d: dict) -> None:
+        split = d.get("split")
+        if not isinstance(split, dict) or not isinstance(split.get("clients"), dict):
+            raise ValueError("not a checkpoint of a run with clients and server apart")  # noqa: TRY004 - as the engine's
+        super().load_state_dict(d)
+        self.state = state_from_dict(self.state, split["server_state"])
+        self.client_rows = {int(c): bytes(b) for c, b in split["clients"].items()}
+        self.meta_lists = {k: list(v) for k, v in split["meta_lists"].items()}
+        self.client_backend = split["client_backend"]
+        for tree in (self.local_params, self.local_buffers):
+            poison(tree, slice(None), self.num_clients)
 
 
 class ServerSide:
@@ -423,6 +489,28 @@ class ServerSide:
 
     def train_size(self, c: int) -> int:
         return int(self.sim.train_sizes[c])
+
+    @property
+    def round(self) -> int:
+        """The last finished round (0 before the first; a resumed run's checkpoint round)."""
+        return self.sim.round
+
+    def rows(self, c: int) -> bytes | None:
+        """Client ``c``'s rows as it last sent them (:attr:`Reply.rows`), None before it sent any: what a node
+        that lacks them (a resumed run's, a replacement SuperNode) is handed with its next order."""
+        return self.sim.client_rows.get(c)
+
+    def save_checkpoint(self, path) -> None:
+        """Write the run after its last finished round to ``path`` (atomically), in the engine's checkpoint
+        format with every client's rows filled in (the engine can continue it) and what continuing it apart
+        needs exactly (:meth:`load_checkpoint`)."""
+        self.sim.save_checkpoint(path)
+
+    def load_checkpoint(self, path) -> bool:
+        """Continue from :meth:`save_checkpoint`'s file at ``path``: the server's state, its records and each
+        client's rows (:meth:`rows`). False, changing nothing, when ``path`` holds no checkpoint of this run
+        (absent, torn, another config or an engine checkpoint without the clients' rows as they kept them)."""
+        return self.sim.load_checkpoint(path)
 
     def downloads(self) -> dict[str, torch.Tensor]:
         """G's parameters a client receives (the method's ``downloads()``: FedRep's body), on the CPU."""
@@ -469,11 +557,13 @@ class ServerSide:
             for k, v in by[c].upload.items():
                 sim.local_params[k][c] = v.to(sim.device, sim.local_params[k].dtype)
         try:
-            return rounds.finish(sim, start, report, apart=True)
+            row = rounds.finish(sim, start, report, apart=True)
         finally:
             self._start = None
             for tree in (sim.local_params, sim.local_buffers):
                 poison(tree, slice(None), n)
+        sim.client_rows.update({c: r.rows for c, r in by.items() if r.rows is not None})  # once the round counts
+        return row
 
     def to_run(self, status: str = "complete") -> Run:
         """The recorded :class:`Run`, as the engine's, with ``meta["engine"]`` naming where it ran and
