@@ -529,7 +529,8 @@ def _mnist_plan() -> Plan:
 
 def _mnist_pfl_plan() -> Plan:
     R = MNIST_PFL_ROUNDS
-    practical = preset("mnist-dir0.1", rounds=R, checkpoint_every=2)
+    # APPLE's pull fades over the comparison's own rounds, as PFLlib's default L = 1 does over its run
+    practical = preset("mnist-dir0.1", rounds=R, checkpoint_every=2, apple_fade_rounds=R)
     return Plan(
         name="mnist-pfl", base_name="mnist-dir0.1", practical=practical, pathological=practical,
         seeds=(0,), ablation_seeds=(0,), settings=("practical",), shortened=True, notes=[_shortened(R)],
