@@ -40,7 +40,7 @@ from .environ import check_environment
 from .errors import ConfigError, FedalaError, SweepFailed, TrainingDiverged
 from .experiments.plans import PLAN_NAMES, SWEEPS, SweepSpec, axis_name, sweep_preset
 from .experiments.presets import check_partition, preset
-from .experiments.runs import CACHE_MODES, get_or_run
+from .experiments.runs import CACHE_MODES, cache_mode, get_or_run
 from .experiments.sweeps import run_sweep
 from .experiments.trackers import CLIENT_ROUNDS, parse_tracker
 from .params import Bool, Float, Int
@@ -324,7 +324,7 @@ def cmd_sweep(args) -> int:
     try:
         result = run_sweep(spec, store=store, workers=workers, ray=args.ray, ray_address=args.ray_address,
                            shared_store=True if args.shared_store else None, threads=args.threads,
-                           gpus_per_run=args.gpus_per_run, force=args.force or args.cache == "refresh",
+                           gpus_per_run=args.gpus_per_run, force=cache_mode(args.cache, args.force) == "refresh",
                            progress=not args.no_progress and not args.json, trackers=_trackers(args))
     except SweepFailed as err:  # the table of what finished, marked incomplete; every failure on stderr
         if err.result is None:

@@ -16,10 +16,13 @@ What is not covered: values read from other modules' globals or from files at ru
 from __future__ import annotations
 
 import ast
+import contextlib
+import contextvars
 import functools
 import hashlib
 import sys
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parent
@@ -77,6 +80,38 @@ def package_fingerprint() -> str:
         h.update(f.relative_to(_ROOT).as_posix().encode() + b"\0")
         h.update(hashlib.sha256(_source_digest(f)).digest())
     return h.hexdigest()[:16]
+
+
+# Content hashes taken within one call that gets a run: (id, kind) -> (the object, kept alive so its id is not
+# reused; its hash). None outside such a call.
+_ONE_CALL: contextvars.ContextVar[dict | None] = contextvars.ContextVar("fedala_lab_one_call", default=None)
+
+
+@contextlib.contextmanager
+def hashed_once_per_call():
+    """Within this block, :func:`content_hash` hashes each object once: a call that gets a run binds its data and
+    model at several layers (the run cache, get_or_run, the simulation), and nothing edits them in between. A
+    block inside another uses the outer one's hashes; each new call hashes afresh (an edit between calls
+    counts)."""
+    if _ONE_CALL.get() is not None:
+        yield
+        return
+    token = _ONE_CALL.set({})
+    try:
+        yield
+    finally:
+        _ONE_CALL.reset(token)
+
+
+def content_hash(obj, kind: str, compute: Callable[[], str]) -> str:
+    """``compute()``, the content hash of ``obj``, taken once per :func:`hashed_once_per_call` block."""
+    memo = _ONE_CALL.get()
+    if memo is None:
+        return compute()
+    hit = memo.get((id(obj), kind))
+    if hit is None:
+        hit = memo[id(obj), kind] = (obj, compute())
+    return hit[1]
 
 
 def _covered(obj) -> bool:
@@ -203,4 +238,4 @@ def code_fingerprint(obj) -> str:
     return h.hexdigest()[:16]
 
 
-__all__ = ["COMPUTING", "code_fingerprint", "package_fingerprint"]
+__all__ = ["COMPUTING", "code_fingerprint", "content_hash", "hashed_once_per_call", "package_fingerprint"]

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from .errors import ConfigError
+from .fingerprint import code_fingerprint, content_hash
 
 # Names a config's ``model`` takes ("auto": FedAvgCNN from 28×28 images up, SmallCNN for smaller ones, the MLP
 # for anything else). FastText needs text data: pass it as a module, simulate(cfg, model=FastText(...), data=…).
@@ -208,10 +209,13 @@ def fingerprint(model: nn.Module) -> str:
     """16 hex digits of the SHA-256 of a module's architecture (its ``repr``: layers and their sizes), the code of
     every module class in it defined outside torch and fedala_lab (``forward`` and the rest:
     :func:`~fedala_lab.fingerprint.code_fingerprint`) and every parameter and buffer (name, dtype, shape,
-    values): what names a custom model in a run key. Computed at every call, so an edited class is a new model."""
-    import hashlib
+    values): what names a custom model in a run key. Computed at every call (once per call that gets a run), so
+    an edited class is a new model."""
+    return content_hash(model, "model", lambda: _model_hash(model))
 
-    from .fingerprint import code_fingerprint
+
+def _model_hash(model: nn.Module) -> str:
+    import hashlib
 
     h = hashlib.sha256(repr(model).encode())
     for cls in sorted({type(m) for m in model.modules()}, key=lambda c: f"{c.__module__}.{c.__qualname__}"):

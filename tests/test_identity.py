@@ -192,3 +192,34 @@ def test_a_sweep_worker_with_other_code_computes_nothing_and_says_so(tmp_path):
     assert out["message"].startswith("this worker's code is not the caller's") and "run the sweep again" in out["message"]
     assert not any(p for p in tmp_path.iterdir() if not p.name.startswith("."))  # nothing stored
     assert _work(cfg.to_dict(), str(tmp_path), False, 1, expect=cfg.key())["status"] == "complete"
+
+
+def test_one_call_hashes_its_data_and_model_once_and_the_next_call_again(tmp_path, monkeypatch):
+    """Every layer that binds a call's data and model (the run cache, get_or_run, the simulation) shares one
+    content hash of each; the next call hashes again, so an edit between calls still counts."""
+    from fedala_lab import models
+    from fedala_lab.data import federated
+    from fedala_lab.experiments.runs import RunCache
+
+    counts = {"data": 0, "model": 0}
+    data_hash, model_hash = federated.FederatedData._hash, models._model_hash
+
+    def count_data(self):
+        counts["data"] += 1
+        return data_hash(self)
+
+    def count_model(model):
+        counts["model"] += 1
+        return model_hash(model)
+
+    monkeypatch.setattr(federated.FederatedData, "_hash", count_data)
+    monkeypatch.setattr(models, "_model_hash", count_model)
+    data = fl.FederatedData.from_arrays(
+        train=[(torch.randn(6, 3), torch.tensor([0, 1, 0, 1, 0, 1])) for _ in range(2)],
+        test=[(torch.randn(2, 3), torch.tensor([0, 1])) for _ in range(2)], num_classes=2)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 2))
+    cfg = fl.RunConfig(algo="fedavg", rounds=2, lr=0.1, batch_size=2)
+    RunCache(tmp_path).get_or_run(cfg, data=data, model=net, progress=False)  # computed: cache, store, engine
+    assert counts == {"data": 1, "model": 1}
+    _get(cfg, RunStore(tmp_path), data=data, model=net)  # served by the next call: hashed again
+    assert counts == {"data": 2, "model": 2}

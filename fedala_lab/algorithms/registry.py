@@ -199,7 +199,7 @@ def _check_declarations(params: Sequence[Param], owner: str) -> None:
 
 
 def _declare(params: Sequence[Param], owner: str) -> None:
-    _check_declarations(params, owner)
+    """Record ``owner``'s hyper-parameters (checked by :func:`_check_declarations` first)."""
     for p in params:
         _PARAMS.setdefault(p.name, (p, owner))
 
@@ -280,6 +280,7 @@ def register_spec(spec: AlgorithmSpec) -> AlgorithmSpec:
 def register_modifier(modifier: Modifier) -> Modifier:
     """Register a modifier (the built-ins: ``+ala``, ``-c``)."""
     with _LOCK:
+        _check_declarations(modifier.params, modifier.suffix)
         _declare(modifier.params, modifier.suffix)
         _MODIFIERS[modifier.name] = modifier
     return modifier
@@ -409,9 +410,8 @@ def catalogue() -> list[dict]:
         rows.append({"name": spec.name, "label": spec.label, "category": spec.category or "your own",
                      "variants": [spec.name + _MODIFIERS[m].suffix for m in spec.modifiers],
                      "params": {p.name: p.default for p in spec.params}, "source": spec.doc})
-    aliases = {a: target for a, (target, _) in _ALIASES.items()}
     for row in rows:
-        row["aliases"] = [a for a, t in aliases.items() if _parse(t)[0].name == row["name"]]
+        row["aliases"] = [a for a, t in aliases().items() if _parse(t)[0].name == row["name"]]
     return rows
 
 

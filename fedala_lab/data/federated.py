@@ -16,6 +16,7 @@ import pandas as pd
 import torch
 
 from ..errors import ConfigError, DataError
+from ..fingerprint import content_hash
 from .config import CUSTOM_PREFIX, DataConfig, directory_content
 from .pfllib import check_finite
 
@@ -169,8 +170,12 @@ class FederatedData:
 
     def fingerprint(self) -> str:
         """SHA-256 (hex) of what the clients hold: every tensor's dtype, shape and values, the split offsets
-        and the number of classes. Hashed at every call, never remembered: the tensors can be edited in place,
-        and a run must be stored under the data it ran on."""
+        and the number of classes. Never remembered on the object: the tensors can be edited in place, and a run
+        must be stored under the data it ran on; hashed once per call that gets a run
+        (:func:`~fedala_lab.fingerprint.hashed_once_per_call`), at every other call."""
+        return content_hash(self, "data", self._hash)
+
+    def _hash(self) -> str:
         import hashlib
 
         h = hashlib.sha256(f"{self.num_classes}|".encode())
@@ -186,13 +191,13 @@ class FederatedData:
         """The DataConfig that names this data as it is now: the one it was built from while its content is
         what was built, else ``custom:<name>`` with its content hash (data edited in place after
         :meth:`from_config` is ``custom:<dataset>-edited``)."""
-        name = self.name
+        name, content = self.name, self.fingerprint()
         if self.source is not None:
-            if self.fingerprint() == self.built:
+            if content == self.built:
                 return self.source
             name = f"{self.source.dataset.split(':')[-1]}-edited"
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "data"
-        return DataConfig(dataset=CUSTOM_PREFIX + safe, num_clients=self.num_clients, content=self.fingerprint())
+        return DataConfig(dataset=CUSTOM_PREFIX + safe, num_clients=self.num_clients, content=content)
 
 
 def _checked_num_classes(num_classes) -> int:

@@ -59,11 +59,12 @@ def bind(cfg: RunConfig, data: FederatedData | None = None, model: nn.Module | N
     config's own (arrays: ``FederatedData.from_arrays``) makes it ``custom:<name>`` with the data's content
     hash, a module makes ``model="custom:<hash>"`` of its architecture and initial weights. So a run is stored
     under what it ran on, never under the built-in data's or model's key."""
-    if data is not None and not cfg.data.same_data(data.config()):
+    named = data.config() if data is not None else None
+    if named is not None and not cfg.data.same_data(named):
         if cfg.data.num_clients != data.num_clients and cfg.data != DataConfig():  # a setting that contradicts the data
             raise ConfigError("num_clients", cfg.data.num_clients,
                               f"{data.num_clients}, the number of clients in the data given")
-        cfg = cfg.replace(data=data.config())
+        cfg = cfg.replace(data=named)
     if model is not None:
         if not isinstance(model, nn.Module):
             raise ConfigError("model", type(model).__name__, "a torch.nn.Module (or leave it out and set cfg.model)")

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -23,6 +24,7 @@ import pandas as pd
 
 from ..config import RunConfig
 from ..errors import ConfigError, DataError, TrainingDiverged
+from ..fingerprint import hashed_once_per_call
 from ..record.run import Run
 from ..record.store import RunStore, open_store
 from .plans import comparison_configs, fig4_configs
@@ -41,6 +43,18 @@ def cache_mode(cache: str, force: bool = False) -> str:
     return "refresh" if force and cache == "use" else cache
 
 
+def _hashed_once(fn):
+    """``fn`` with its data's and model's content hashed once per call however many layers bind them."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        with hashed_once_per_call():
+            return fn(*args, **kwargs)
+
+    return call
+
+
+@_hashed_once
 def get_or_run(cfg: RunConfig, store: RunStore | RunCache | str | Path | None = None, *, data=None, model=None,
                progress: bool = True, callback: Callable | None = None, resume: bool = True,
                force: bool = False, needs: Callable[[Run], bool] | None = None, branch: bool = True,
@@ -209,6 +223,7 @@ class RunCache:
     def start_counting(self) -> None:
         self.used, self.computed = [], 0
 
+    @_hashed_once
     def get_or_run(self, cfg: RunConfig, *, force: bool = False, needs: Callable[[Run], bool] | None = None,
                    callback: Callable | None = None, data=None, model=None, trackers: Iterable[Tracker] = (),
                    **kwargs) -> Run:

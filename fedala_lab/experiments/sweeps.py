@@ -338,8 +338,7 @@ def _run_pool(todo, root, force, threads, n, bar, failed, trackers) -> None:
             with contextlib.suppress(queue_mod.Empty, OSError, EOFError):
                 while True:
                     k, t = rounds.get_nowait()
-                    if k in by_key:  # a worker's own key: see _work's expect
-                        in_flight[k] = t
+                    in_flight[k] = t
             for fut in finished:
                 cfg = futures[fut]
                 in_flight.pop(cfg.key(), None)

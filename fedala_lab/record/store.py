@@ -109,7 +109,8 @@ class RunStore:
             stored = RunConfig.from_dict(json.loads((d / "config.json").read_text()))
         except (OSError, ValueError) as err:  # DataError and ConfigError are ValueErrors
             return Stored("damaged", d, f"{type(err).__name__}: {err}")
-        if stored.key() != cfg.key() or manifest.get("key") != cfg.key():
+        key = cfg.key()
+        if stored.key() != key or manifest.get("key") != key:
             return Stored("damaged", d, "config.json or the manifest holds another configuration or code")
         problem = check_files(d, manifest, hashes=False)
         if problem:
