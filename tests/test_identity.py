@@ -223,3 +223,14 @@ def test_one_call_hashes_its_data_and_model_once_and_the_next_call_again(tmp_pat
     assert counts == {"data": 1, "model": 1}
     _get(cfg, RunStore(tmp_path), data=data, model=net)  # served by the next call: hashed again
     assert counts == {"data": 2, "model": 2}
+
+
+def test_every_partition_setting_the_split_uses_is_in_the_key():
+    """The pathological split sizes its random shares by least_samples too: two such configs that differ only
+    there make other clients' data, so they are two runs (it counted for Dirichlet only)."""
+    a = fl.preset("teach", partition="pathological", num_clients=10)
+    b = a.replace(least_samples=1000)  # large enough to raise the shares' lower bound
+    da, db = fl.FederatedData.from_config(a.data), fl.FederatedData.from_config(b.data)
+    assert da.train_sizes.tolist() != db.train_sizes.tolist()
+    assert a.key() != b.key()
+    assert a.replace(partition="iid").key() == b.replace(partition="iid").key()  # IID never reads it

@@ -88,7 +88,8 @@ class DataConfig:
     balance: bool = param_field(False, Bool(), "pathological: equal shares of a class among its clients "
                                 "(PFLlib's balance flag) instead of random ones")
     least_samples: int | None = param_field(None, Optional(Int(1)), "Dirichlet: redraw until every client has "
-                                            "this many samples; none = min(40, N / clients / 2)")
+                                            "this many samples; pathological: a random share is at least this "
+                                            "÷ the number of classes; none = min(40, N / clients / 2)")
     train_ratio: float = param_field(0.75, Float(0, 1, lo_open=True, hi_open=True),
                                      "fraction of each client's samples used for training; the rest is its test "
                                      "split (paper: 0.75)")
@@ -175,8 +176,9 @@ class DataConfig:
                 d.pop("resize")
         else:
             if self.partition != "dirichlet":
-                for k in ("beta", "least_samples", "max_tries"):
-                    d.pop(k)
+                d.pop("beta"), d.pop("max_tries")
+            if self.partition == "iid":  # the pathological split sizes its clients by it too
+                d.pop("least_samples")
             if self.partition != "pathological":
                 d.pop("classes_per_client"), d.pop("balance")
         return d
