@@ -661,6 +661,20 @@ def test_clients_slider_offers_only_what_the_split_serves(app):
         app.train(["fedavg"], **{**SMALL, "num_clients": ok.hi + 1})
 
 
+def test_a_job_on_a_pfllib_folder_runs(app, tmp_path):
+    """Data that comes partitioned (a PFLlib folder) has its clients given, no split to check: its job runs."""
+    from test_pfllib import _make_partition
+
+    from fedala_lab.webapp.jobs import Job
+
+    _make_partition(tmp_path / "part", [(12, 4), (10, 3)])
+    cfg = ui.make_config(algo="fedavg", dataset=f"pfllib:{tmp_path / 'part'}", num_clients=2, rounds=1,
+                         model="mlp")
+    got = app.fetch(Job(Progress()), [cfg],
+                    lambda store, callback: [get_or_run(cfg, store, progress=False, callback=callback)])
+    assert [r.summary()["rounds"] for r in got.runs] == [1] and got.status == ""
+
+
 def test_hundred_clients_at_dir_001_are_refused_fast(app):
     import time
 

@@ -45,17 +45,17 @@ def fedlama_block(store: Path) -> str:
     import numpy as np
 
     from fedala_lab import preset
-    from fedala_lab.analysis.fedlama import comm_accuracy
+    from fedala_lab.analysis.fedlama import comm_accuracy_frame
     from fedala_lab.experiments.runs import comparison_runs
 
     base = preset("teach-fedlama")
-    up, diff, spec = [], [], []
+    up, diff = [], []
     for seed in SEEDS:
-        frame, _ = comm_accuracy(comparison_runs(base.replace(seed=seed), store=store))
+        frame = comm_accuracy_frame(comparison_runs(base.replace(seed=seed), store=store))
         ref, lama = frame[frame["reference"]].iloc[0], frame[frame["algo"] == "fedlama"].iloc[0]
         up.append(lama.comm_pct)
         diff.append(lama.final_acc - ref.final_acc)
-    frame, _ = comm_accuracy(comparison_runs(base.replace(lama_rule="spec"), store=store))
+    frame = comm_accuracy_frame(comparison_runs(base.replace(lama_rule="spec"), store=store))
     spec = float(frame.loc[frame["algo"] == "fedlama", "comm_pct"].iloc[0])
     up, diff = np.array(up), np.array(diff)
     return (f"The preset (τ0 = {base.tau0}, φ = {base.phi}, {base.rounds} rounds) uses the interval rule of the "

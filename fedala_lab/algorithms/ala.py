@@ -17,6 +17,7 @@ for A clients at once, each on its own window.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import warnings
 from collections import OrderedDict
@@ -122,10 +123,15 @@ def _batched_ala_step(model: nn.Module, eta: float, head_start: int):
     return step
 
 
+def window_size(n: int, s: float) -> int:
+    """The number of rows in ALA's window of a client's n train rows: ⌊s % · n⌋ (the reference's)."""
+    return int(s / 100 * n)
+
+
 def window(n: int, s: float, seed: int, t: int, client: int) -> np.ndarray:
-    """The reference's s % sample of a client's n train rows in round t: ⌊s·n⌋ contiguous rows at an
-    offset drawn from the stream (seed, t, client, ALA_WINDOW)."""
-    m = int(s / 100 * n)
+    """The reference's s % sample of a client's n train rows in round t: :func:`window_size` contiguous rows
+    at an offset drawn from the stream (seed, t, client, ALA_WINDOW)."""
+    m = window_size(n, s)
     offset = int(generator(seed, t, client, ALA_WINDOW).integers(0, n - m + 1))
     return offset + np.arange(m)
 
@@ -544,10 +550,7 @@ class WithALA(Wrapper):
         state.started[clients] = True
         self.record(rnd, ids, learned, start_phase, state)
         # Θ̂ = L + (G − L) ⊙ [1; W]: the lower parameters are G's (Eq. 4's "1"), the weighted ones blended
-        rows = {n: blend(local[n], glob[n], learned.weights[n]) for n in self.names}
-        return Sent({n: v for n, v in sent.params.items() if n not in rows},
-                    sent.bytes, rows={**{n: v for n, v in sent.rows.items() if n not in rows}, **rows},
-                    client_bytes=sent.client_bytes)
+        return self.blended(sent, {n: blend(local[n], glob[n], learned.weights[n]) for n in self.names})
 
     def windows(self, rnd: Round, ids: np.ndarray):
         """The clients' windows one after another: rows x, y of the train data, and each window's length."""
@@ -585,10 +588,15 @@ class WithALA(Wrapper):
         received weighted ones are blended with the client's current W (Eq. 4, W not learned this round)."""
         top = set(self.names)
         w = rnd.state.weights
-        rows = {n: blend(rnd.local_params[n][clients], sent.per_client(n, len(clients)), w[n][clients])
-                for n in sent.received() & top}
-        return Sent({n: v for n, v in sent.params.items() if n not in top}, sent.bytes,
-                    rows={**{n: v for n, v in sent.rows.items() if n not in top}, **rows}, client_bytes=sent.client_bytes)
+        return self.blended(sent, {n: blend(rnd.local_params[n][clients], sent.per_client(n, len(clients)),
+                                            w[n][clients]) for n in sent.received() & top})
+
+    def blended(self, sent: Sent, rows: dict[str, torch.Tensor]) -> Sent:
+        """``sent`` with its weighted parameters (:attr:`names`) replaced by ``rows``, ALA's Θ̂ per client (a
+        weighted parameter not in ``rows`` keeps the client's value); every other field of ``sent`` as it is."""
+        top = set(self.names)
+        return dataclasses.replace(sent, params={n: v for n, v in sent.params.items() if n not in top},
+                                   rows={**{n: v for n, v in sent.rows.items() if n not in top}, **rows})
 
 
 def base_through(cfg) -> int:

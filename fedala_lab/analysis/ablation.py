@@ -30,10 +30,9 @@ def ala_images(run) -> int:
     """Images ALA passes through the top p blocks in a normal round, all clients together: one pass over each
     client's window of s % of its training images (the start phase, round 2, repeats passes). Counted from
     the run's own record (its train sizes and s), so it does not vary with the machine's load as seconds do."""
-    from ..algorithms.ala import window
+    from ..algorithms.ala import window_size
 
-    cfg = run.config
-    return int(sum(len(window(int(n), cfg.s, cfg.seed, 2, k)) for k, n in enumerate(run.meta["train_sizes"])))
+    return sum(window_size(int(n), run.config.s) for n in run.meta["train_sizes"])
 
 
 def ablation_frame(runs: Iterable, param: str = "p") -> pd.DataFrame:

@@ -386,8 +386,6 @@ class Plan:
 # (docs/reproduction.md#the-plans-budget).
 MNIST_ROUNDS = 15
 MNIST_PFL_ROUNDS = 5
-PLAN_NAMES = ("quick", "mnist", "mnist-pfl", "paper")
-PLAN_NAMES_TEXT = "one of " + ", ".join(PLAN_NAMES)
 
 
 def _mnist_fig4(R: int, K: int | None = None, window: tuple[int, int] | None = None) -> dict:
@@ -539,6 +537,8 @@ def _mnist_pfl_plan() -> Plan:
 
 
 _PLANS = {"quick": _quick_plan, "mnist": _mnist_plan, "mnist-pfl": _mnist_pfl_plan, "paper": _paper_plan}
+PLAN_NAMES = tuple(_PLANS)
+PLAN_NAMES_TEXT = "one of " + ", ".join(PLAN_NAMES)
 
 
 def _scale(plan: Plan, *, rounds: int | None, seeds: int | None, fig4, device: str | None) -> None:
@@ -549,6 +549,8 @@ def _scale(plan: Plan, *, rounds: int | None, seeds: int | None, fig4, device: s
             raise ConfigError("rounds", rounds, "an integer >= 2")
         changes["rounds"] = rounds
         plan.fig5_rounds = rounds
+        if plan.name == "mnist-pfl":  # APPLE's pull fades over the comparison's own rounds (_mnist_pfl_plan)
+            changes["apple_fade_rounds"] = rounds
     if device is not None:
         changes["device"] = device
     if changes:
@@ -570,9 +572,10 @@ def _scale(plan: Plan, *, rounds: int | None, seeds: int | None, fig4, device: s
         if plan.name == "mnist" and not first <= K <= last:
             raise ConfigError("fig4", fig4, "K within the window FIRST…LAST")
         plan.fig4 = {**plan.fig4, "K": K, "window": (first, last)}
+    if plan.shortened:  # the note names the horizon the runs have
+        plan.notes[0] = _shortened(plan.practical.rounds)
     if plan.name == "mnist":
         R = plan.practical.rounds
-        plan.notes[0] = _shortened(R)
         plan.ablation_rounds = min(plan.ablation_rounds, R)
         if rounds is not None or fig4 is not None:
             f = plan.fig4

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..analysis.curves import accuracy_curves, unique_labels
+from ..analysis.curves import ROUND_METRICS, accuracy_curves, unique_labels
 from .base import Display, new_axes
 from .style import colour_for, styled_groups
 
@@ -83,21 +83,24 @@ class CurvePanelsDisplay(Display):
     """Small multiples: one panel per group of runs, each drawn in its method's colour over the references
     in grey, all panels on the same axes."""
 
-    def __init__(self, panels: dict[str, pd.DataFrame], references: pd.DataFrame, *, title: str | None = None):
+    def __init__(self, panels: dict[str, pd.DataFrame], references: pd.DataFrame, *, metric: str = "acc",
+                 title: str | None = None):
         self.panels_ = panels
         self.references_ = references
+        self.metric = metric
         self.title = title
 
     @classmethod
-    def from_runs(cls, groups: dict, references=(), *, metric: str = "acc", ax=None, title: str | None = None):
+    def from_runs(cls, groups: dict, references=(), *, metric: str = "acc", title: str | None = None):
         """``groups``: {panel title: [(run, label), …]}; ``references``: [(run, label), …] drawn in every panel."""
         panels = {name: accuracy_curves([r for r, _ in pairs], metric, [lab for _, lab in pairs])
                   for name, pairs in groups.items()}
         refs = list(references)
         ref = accuracy_curves([r for r, _ in refs], metric, unique_labels([r for r, _ in refs], [lab for _, lab in refs]))
-        return cls(panels, ref, title=title).plot(ax=ax)
+        return cls(panels, ref, metric=metric, title=title).plot()
 
-    def plot(self, ax=None):
+    def plot(self):
+        """A figure of its own (panels need one; there is no ``ax`` to draw into)."""
         from matplotlib.figure import Figure
 
         n = len(self.panels_)
@@ -117,7 +120,7 @@ class CurvePanelsDisplay(Display):
         for a in axes[n:]:
             a.set_visible(False)
         for a in axes[::cols]:
-            a.set_ylabel("test accuracy (%)")
+            a.set_ylabel(ROUND_METRICS[self.metric][0])
         for a in axes[(rows - 1) * cols:]:
             a.set_xlabel("round")
         fig.suptitle(self.title or "Accuracy per round, a panel per method")

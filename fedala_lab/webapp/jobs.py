@@ -134,6 +134,7 @@ class _Ticket:
     running: bool = False
     done: threading.Event = field(default_factory=threading.Event)  # the job has returned (or failed)
     final: str | None = None  # the status line the job ended with
+    thread: int | None = None  # the job's thread (threading.get_ident()), set when it claims the ticket
 
 
 # How long Stop waits for the job to end before it answers without a status line of its own: longer than a
@@ -166,7 +167,7 @@ class Stops:
                 ticket = _Ticket(threading.Event())
                 if session:
                     self._tickets[key] = ticket
-            ticket.running = True
+            ticket.running, ticket.thread = True, threading.get_ident()
         try:
             yield ticket
         finally:
@@ -190,8 +191,10 @@ class Stops:
         if not running:  # waiting in the queue: it will start, see its flag, and end at once with its own line
             return "The job waiting in the queue will not start."
         deadline = time.monotonic() + wait
+        me = threading.get_ident()
         for t in running.values():
-            t.done.wait(max(0.0, deadline - time.monotonic()))
+            if t.thread != me:  # Stop called by the job itself (its progress callback) waits on the others only
+                t.done.wait(max(0.0, deadline - time.monotonic()))
         mine = running.get(name) if name else list(running.values())[-1]
         if mine is None:  # this tab had no job: another tab's stopped
             return "Stopped this session's other job(s)."
@@ -278,8 +281,10 @@ class Jobs:
         (labelled ``labels[i]``, default the algorithm) and with Stop.
         """
         cfgs = list(cfgs)
-        for data in dict.fromkeys(c.data for c in cfgs):  # before any work: a split that cannot serve N is
-            served(data).check(data.num_clients)  # refused at once, not after 100,000 draws
+        # before any work: a split that cannot serve N is refused at once, not after 100,000 draws (data that
+        # comes partitioned, a PFLlib directory, has its clients given: no split to check)
+        for data in dict.fromkeys(c.data for c in cfgs if not c.data.comes_partitioned):
+            served(data).check(data.num_clients)
         names = list(labels) if labels else [algo_label(c.algo) for c in cfgs]
         if len(cfgs) > 1:
             names = [f"{n} ({i + 1}/{len(cfgs)})" for i, n in enumerate(names)]

@@ -51,7 +51,7 @@ def train(app, algos, settings, job):
     loss = AccuracyCurveDisplay.from_runs(runs, metric="test_loss", labels=labels, highlight=HIGHLIGHT, keep=refs)
     ranked = RankedAccuracyDisplay.from_runs(runs, labels=labels, title="Final accuracy, ranked (one seed)")
     cached = got.cached + [False] * (len(runs) - len(got.runs))
-    return (acc.figure_, verdict(runs, labels), loss.figure_, ranked.figure_, "\n\n".join(curve_notes(runs, labels)),
+    return (acc.figure_, verdict(ranked.ranking_), loss.figure_, ranked.figure_, "\n\n".join(curve_notes(runs, labels)),
             _summary(app, runs, cached), finished_status(got, time.perf_counter() - tic))
 
 
@@ -59,13 +59,14 @@ def train(app, algos, settings, job):
 HIGHLIGHT = 4
 
 
-def verdict(runs, labels) -> str:
-    """What the runs on screen say about federating, in their own numbers (final pooled accuracy): whether
-    Local (no federation) is beaten, and by what."""
+def verdict(ranking: pd.DataFrame) -> str:
+    """What the runs on screen say about federating, in their own numbers (final pooled accuracy, as
+    ``RankedAccuracyDisplay.ranking_`` ranks them, best first): whether Local (no federation) is beaten,
+    and by what."""
 
-    final = {lab: r.summary()["final_acc"] for r, lab in zip(runs, labels)}  # in %
-    algo = {lab: r.config.algo for r, lab in zip(runs, labels)}
-    ranked = sorted(final, key=final.get, reverse=True)
+    final = dict(zip(ranking["label"], ranking["mean"]))  # in % (one run per label: its final accuracy)
+    algo = dict(zip(ranking["label"], ranking["algo"]))
+    ranked = list(ranking["label"])
     local = next((lab for lab in ranked if algo[lab] == "local"), None)
     fed = [lab for lab in ranked if algo[lab] != "local"]
     top = ", ".join(f"{lab} {final[lab]:.2f} %" for lab in ranked[:3])
