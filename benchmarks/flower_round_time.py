@@ -81,7 +81,7 @@ def split(cfg) -> dict:
         server = split_simulation(cfg)
     run = server.to_run()
     return {"wall": time.perf_counter() - t0, "rounds": list(run.rounds["seconds"]), "acc": run.final_acc,
-            "global": server.sim.global_params, "load": (before, load())}
+            "global": server.global_params, "load": (before, load())}
 
 
 def flower(cfgs) -> list[dict]:
@@ -93,7 +93,7 @@ def flower(cfgs) -> list[dict]:
                                               "init_args": {"num_cpus": os.cpu_count()}})
     wall, loads = time.perf_counter() - t0, (before, load())
     out = [{"wall": float(s.run.rounds["seconds"].sum()), "rounds": list(s.run.rounds["seconds"]),
-            "acc": s.run.final_acc, "global": s.side.sim.global_params, "load": loads} for s in servers]
+            "acc": s.run.final_acc, "global": s.side.global_params, "load": loads} for s in servers]
     out[0]["start"] = wall - sum(o["wall"] for o in out)
     return out
 
@@ -108,12 +108,11 @@ def deploy(fed: LocalFederation, cfgs, args, folder: Path) -> list[dict]:
         before, t0 = load(), time.perf_counter()
         code, text, _ = fed.run(rc, timeout=60 + 120 * cfg.rounds)
         wall = time.perf_counter() - t0
-        if not store.has(cfg):
+        run = store.find(cfg)
+        if run is None:
             raise SystemExit(f"flwr run stored no run of {cfg.algo} (exit {code}):\n{text[-3000:]}")
-        path = store.dir_for(cfg)
-        run = store.load(path.name)
         out.append({"wall": wall, "rounds": list(run.rounds["seconds"]), "acc": run.final_acc,
-                    "global": store.load_state(path, cfg.rounds)["global"], "load": (before, load()),
+                    "global": store.load_state(run.path, cfg.rounds)["global"], "load": (before, load()),
                     "start": wall - float(run.rounds["seconds"].sum())})
     return out
 

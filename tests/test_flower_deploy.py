@@ -48,10 +48,9 @@ def assert_stored_equals_engine(store: RunStore, cfg, out: str):
     """The run ``flwr run`` stored equals the engine's: every recorded number but seconds, the tables' rows,
     the arrays, and the final global model kept with it (state.pt)."""
     sim, run = engine(cfg)
-    assert store.has(cfg), out[-3000:]
-    path = store.dir_for(cfg)
-    got = store.load(path.name)
-    assert_same(run, got, sim.global_params, store.load_state(path, cfg.rounds)["global"])
+    got = store.find(cfg)
+    assert got is not None, out[-3000:]
+    assert_same(run, got, sim.global_params, store.load_state(got.path, cfg.rounds)["global"])
     assert got.meta["engine"] == "flower" and not store.checkpoints()
 
 

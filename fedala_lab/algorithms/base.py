@@ -33,6 +33,7 @@ clients; a per-client result for A clients is (A, *shape), rows in the order of 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -248,22 +249,22 @@ class Round:
     """
 
     def __init__(self, setup: Setup, t: int, *, global_params: dict, local_params: dict, local_buffers: dict,
-                 selected: torch.Tensor | None = None, state=None, records: list | None = None,
-                 timings: dict | None = None):
+                 selected: torch.Tensor | None = None, state=None):
         self._setup, self.t = setup, t
         self.global_params, self.local_params, self.local_buffers = global_params, local_params, local_buffers
         self.selected = selected
         self.state = state
-        self.records = [] if records is None else records  # (kind, payload), flushed into the run's record
+        self.records = []  # (kind, payload), flushed into the run's record
         # client -> seconds of its training calls (train, run_steps); a batched call (the vectorised backend)
         # shares its seconds among its clients by the rows each processed
-        self.timings = {} if timings is None else timings
+        self.timings = {}
 
     def with_state(self, state) -> Round:
-        """This round as a wrapped (inner) algorithm sees it: the same round, its own state."""
-        return Round(self._setup, self.t, global_params=self.global_params, local_params=self.local_params,
-                     local_buffers=self.local_buffers, selected=self.selected, state=state, records=self.records,
-                     timings=self.timings)
+        """This round as a wrapped (inner) algorithm sees it: the same round (its subclass, records and timings
+        shared), its own state."""
+        r = copy.copy(self)
+        r.state = state
+        return r
 
     # -- facts -------------------------------------------------------------------------------------
 
@@ -361,10 +362,6 @@ class Round:
         a small step may run vectorised where the model trains in worker processes)."""
         return self._setup.backend_for(num_params)
 
-    def _timed(self, backend, clients) -> list | None:
-        """A list for the backend's per-client seconds, where the clients are known."""
-        return [] if clients is not None else None
-
     def _add_times(self, clients, seconds: list | None) -> None:
         if seconds:
             ids = clients.cpu().tolist() if torch.is_tensor(clients) else list(clients)
@@ -386,7 +383,7 @@ class Round:
         if extra:
             carry = {**carry, **extra}
         backend = self._setup.backend
-        timings = self._timed(backend, clients)
+        timings = []  # the backend's per-client seconds
         out, aux = backend.run(self._setup.step_for(sgd), carry,
                                {"global": self.global_params} if shared is None else shared, plan,
                                self.data.train_x, self.data.train_y, train=True, model=self.model, timings=timings)
@@ -400,7 +397,7 @@ class Round:
         (carry, aux (A, K, aux_size)). Training steps count towards the plan's clients' :attr:`timings`."""
         x, y = (self.data.train_x, self.data.train_y) if split == "train" else (self.data.test_x, self.data.test_y)
         backend = self.backend_for(self._setup.num_params if num_params is None else num_params)
-        timings = self._timed(backend, plan.clients) if train else None
+        timings = [] if train and plan.clients is not None else None  # per-client seconds, where clients are known
         out = backend.run(step, carry, shared or {}, plan, x, y, train=train, model=self.model, aux_size=aux_size,
                           timings=timings)
         self._add_times(plan.clients, timings)

@@ -231,9 +231,12 @@ def finish(sim, start: RoundStart, report: Report, *, apart: bool = False) -> di
     seconds = time.perf_counter() - start.started
     rec.take(t, rnd.records)
 
+    accs = None
     if start.evaluated:
-        rec.client_rows(client_rows(t, start, num, bytes_up))
-    row = round_row(sim, start, num, bytes_up, report.phases, seconds, rec.rounds["best_acc"])
+        with np.errstate(invalid="ignore"):  # a client without test samples has no accuracy (NaN)
+            accs = np.where(num["test_num"] > 0, num["test_correct"] / np.maximum(num["test_num"], 1), np.nan)
+        rec.client_rows(client_rows(t, start, num, accs, bytes_up))
+    row = round_row(sim, start, num, accs, bytes_up, report.phases, seconds, rec.rounds["best_acc"])
     rec.round_row(row)
     sim.round, sim.seconds = t, sim.seconds + seconds
     return row
@@ -242,14 +245,13 @@ def finish(sim, start: RoundStart, report: Report, *, apart: bool = False) -> di
 # ------------------------------------------------------------------------------------------ the rows
 
 
-def client_rows(t: int, start: RoundStart, num: dict, bytes_up: np.ndarray) -> dict[str, np.ndarray]:
-    """An evaluated round's row of every client: its test numbers before local training, its training."""
+def client_rows(t: int, start: RoundStart, num: dict, accs: np.ndarray, bytes_up: np.ndarray) -> dict[str, np.ndarray]:
+    """An evaluated round's row of every client: its test numbers before local training (``accs``: its test
+    accuracy), its training."""
     n = len(bytes_up)
-    with np.errstate(invalid="ignore"):  # a client without test samples has no accuracy (NaN)
-        acc = np.where(num["test_num"] > 0, num["test_correct"] / np.maximum(num["test_num"], 1), np.nan)
     return {
         "round": np.full(n, t), "client": np.arange(n), "selected": start.sel_mask,
-        "test_acc": acc, "test_loss": num["test_loss_sum"] / np.maximum(num["test_num"], 1),
+        "test_acc": accs, "test_loss": num["test_loss_sum"] / np.maximum(num["test_num"], 1),
         "test_correct": num["test_correct"].astype(np.int64), "test_num": num["test_num"].astype(np.int64),
         "train_loss": num["train_loss"], "init_loss": num["init_loss"], "trained_loss": num["trained_loss"],
         "seconds": num["seconds"], "straggler": start.work.straggler,
@@ -258,16 +260,15 @@ def client_rows(t: int, start: RoundStart, num: dict, bytes_up: np.ndarray) -> d
     }
 
 
-def round_row(sim, start: RoundStart, num: dict, bytes_up: np.ndarray, phases: dict, seconds: float,
-              best_before: list) -> dict:
-    """The round's row: pooled test accuracy (Σ correct / Σ samples), the losses weighted by train samples
-    (a dropped straggler weighs 0), the traffic (the clients' sums), the seconds."""
+def round_row(sim, start: RoundStart, num: dict, accs: np.ndarray | None, bytes_up: np.ndarray, phases: dict,
+              seconds: float, best_before: list) -> dict:
+    """The round's row: pooled test accuracy (Σ correct / Σ samples) and the spread of the clients' ``accs``,
+    the losses weighted by train samples (a dropped straggler weighs 0), the traffic (the clients' sums), the
+    seconds."""
     cfg, work = sim.cfg, start.work
     sel = start.sel_mask
     if start.evaluated:
         acc = float(num["test_correct"].sum() / max(num["test_num"].sum(), 1))
-        with np.errstate(invalid="ignore"):
-            accs = np.where(num["test_num"] > 0, num["test_correct"] / np.maximum(num["test_num"], 1), np.nan)
         acc_std = float(np.nanstd(accs)) if np.isfinite(accs).any() else math.nan
         test_loss = float(num["test_loss_sum"].sum() / max(num["test_num"].sum(), 1))
     else:
@@ -348,26 +349,34 @@ def shares(total: int, count: int, given=None) -> np.ndarray:
 def finite_rows(tensors: dict, count: int, held: torch.Tensor | None = None, shared: dict | None = None) -> np.ndarray:
     """Which of ``count`` rows are finite in every floating tensor of ``tensors`` ((count, …) each, or (N, …)
     with the rows of ``held`` taken) and in ``shared`` (tensors every row holds alike)."""
-    ok = torch.full((count,), finite(shared or {}), dtype=torch.bool)
-    for v in tensors.values():
-        if v.is_floating_point():
-            rows = v if held is None or v.shape[0] == count else v[held]
-            ok &= torch.isfinite(rows.reshape(count, -1)).all(1).cpu()
-    return ok.numpy()
+    rows = [(v if held is None or v.shape[0] == count else v[held]).reshape(count, -1)
+            for v in tensors.values() if v.is_floating_point()]
+    if not rows:
+        return np.full(count, finite(shared or {}))
+    # A row whose sum is finite has no NaN or infinite element, so the sums answer with one host copy a round
+    # (a check per element and tensor cost more than the round's bookkeeping); only where a sum is not finite
+    # (a NaN, an infinity, or a sum that overflowed) is every element looked at, for the same answer.
+    ok = torch.isfinite(rows[0].sum(1))
+    for r in rows[1:]:
+        ok &= torch.isfinite(r.sum(1))
+    ok = ok.cpu()
+    if not ok.all():
+        ok = torch.stack([torch.isfinite(r).all(1) for r in rows]).all(0).cpu()
+    return ok.numpy() & finite(shared or {})
 
 
 def finite(tensors: dict) -> bool:
-    """Whether every floating tensor of ``tensors`` is finite."""
-    return all(bool(torch.isfinite(v).all()) for v in tensors.values() if v.is_floating_point())
+    """Whether every floating tensor of ``tensors`` is finite (one host read)."""
+    alls = [torch.isfinite(v).all() for v in tensors.values() if v.is_floating_point()]
+    return not alls or bool(torch.stack(alls).all())
 
 
 def snapshots(local_params: dict, held: torch.Tensor, wanted: frozenset[int]) -> dict[int, torch.Tensor]:
     """The flattened models (float32, CPU) of the ``wanted`` clients among ``held``."""
-    out = {}
-    for c in held.cpu().tolist():
-        if c in wanted:
-            out[c] = torch.cat([v[c].reshape(-1) for v in local_params.values()]).to("cpu", torch.float32)
-    return out
+    if not wanted:  # the default: no client is snapshotted, and ``held`` stays on the device
+        return {}
+    return {c: torch.cat([v[c].reshape(-1) for v in local_params.values()]).to("cpu", torch.float32)
+            for c in sorted(wanted & set(held.cpu().tolist()))}
 
 
 # ------------------------------------------------------------------------------------------ hook answers

@@ -289,11 +289,6 @@ class ClientRound(Round):
     def held(self, clients: torch.Tensor) -> torch.Tensor:
         return clients[clients == self.me]
 
-    def with_state(self, state) -> ClientRound:
-        return ClientRound(self._setup, self.t, me=self.me, global_params=self.global_params,
-                           local_params=self.local_params, local_buffers=self.local_buffers, selected=self.selected,
-                           state=state, records=self.records, timings=self.timings)
-
     def evaluate(self, params: dict, buffers: dict, split: str = "test", clients=None) -> dict[str, np.ndarray]:
         """As :meth:`Round.evaluate`; "every client" is this one, whose rows may be all of ``params`` (a hook's
         models for :attr:`everyone`) or its row of every client's."""
@@ -505,6 +500,14 @@ class ServerSide:
         format with every client's rows filled in (the engine can continue it) and what continuing it apart
         needs exactly (:meth:`load_checkpoint`)."""
         self.sim.save_checkpoint(path)
+
+    def engine_state(self) -> dict:
+        """The engine state after the last finished round as the run store keeps it with a finished run
+        (record/store.py): every client's rows filled in, without the records and without what continuing
+        apart needs (``Simulation.state_dict(recorder=False)``, as get_or_run keeps it)."""
+        d = self.sim.state_dict(recorder=False)
+        del d["split"]
+        return d
 
     def load_checkpoint(self, path) -> bool:
         """Continue from :meth:`save_checkpoint`'s file at ``path``: the server's state, its records and each

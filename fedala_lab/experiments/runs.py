@@ -155,7 +155,7 @@ def get_or_run(cfg: RunConfig, store: RunStore | RunCache | str | Path | None = 
         except TrainingDiverged as err:
             if err.run is not None:
                 store.save(err.run, replace=True)
-            _clean(store, cfg, ckpt)
+            clean_checkpoints(store, cfg, ckpt)
             raise
         states, inherited = {}, _inherited_states(store, sim, cfg)
         for t in kept:
@@ -167,7 +167,7 @@ def get_or_run(cfg: RunConfig, store: RunStore | RunCache | str | Path | None = 
         if cfg.kept_rounds():
             states[cfg.rounds] = sim.state_dict(recorder=False)
         store.save(run, replace=True, states=states)
-        _clean(store, cfg, ckpt)
+        clean_checkpoints(store, cfg, ckpt)
         return run
 
 
@@ -196,7 +196,7 @@ def _inherited_states(store: RunStore, sim, cfg: RunConfig) -> dict:
     return {t: f for t, f in store.states(path).items() if t <= src["round"]}
 
 
-def _clean(store: RunStore, cfg: RunConfig, ckpt: Path) -> None:
+def clean_checkpoints(store: RunStore, cfg: RunConfig, ckpt: Path) -> None:
     """Remove a finished (or diverged) run's checkpoint and the states it kept for itself."""
     for f in [ckpt, *(store.kept_state_for(cfg, t) for t in cfg.kept_rounds())]:
         with contextlib.suppress(FileNotFoundError):

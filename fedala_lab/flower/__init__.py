@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from .split import ClientSide, ServerSide, SplitError, check_split, run_split, split_refusal, split_simulation
 
-_APPS = ("FlowerServer", "client_app", "config_from_run_config", "run_flower", "server_app", "simulate_flower")
+_APPS = ("FlowerServer", "client_app", "config_from_run_config", "run_flower", "server_app", "server_options",
+         "simulate_flower")
 
 
 def __getattr__(name):
@@ -36,5 +37,6 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["ClientSide", "FlowerServer", "ServerSide", "SplitError", "check_split", "client_app", "config_from_run_config",
-           "run_flower", "run_split", "server_app", "simulate_flower", "split_refusal", "split_simulation"]
+__all__ = ["ClientSide", "FlowerServer", "ServerSide", "SplitError", "check_split", "client_app",
+           "config_from_run_config", "run_flower", "run_split", "server_app", "server_options", "simulate_flower",
+           "split_refusal", "split_simulation"]

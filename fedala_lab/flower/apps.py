@@ -67,6 +67,7 @@ from ..engine.rounds import METRICS
 from ..engine.sides import ClientSide, Order, Reply, ServerSide, from_bytes, to_bytes
 from ..errors import ConfigError, FedalaError, TrainingDiverged
 from ..experiments.presets import preset
+from ..experiments.runs import clean_checkpoints
 from ..models import CUSTOM_PREFIX
 from ..record.run import Run
 from ..record.store import RunStore
@@ -690,9 +691,10 @@ server_app = ServerApp()
 
 @server_app.main()
 def _main(grid: Grid, context: Context) -> None:
-    """``flwr run``'s ServerApp: the run the app's config names, checkpointed after every round and saved in
-    its ``store`` (default ./runs/flower). A failure is logged as "fedala_lab: the run FAILED: …" and raised,
-    so Flower marks the run failed (``flwr ls``: finished:failed)."""
+    """``flwr run``'s ServerApp: the run the app's config names, served from its ``store`` (default
+    ./runs/flower) when finished there and ``resume`` is on (as get_or_run serves it), else computed,
+    checkpointed after every round and saved there. A failure (a stored diverged run's too) is logged as
+    "fedala_lab: the run FAILED: …" and raised, so Flower marks the run failed (``flwr ls``: finished:failed)."""
     try:
         rc = dict(context.run_config)
         opts = server_options(rc)
@@ -701,28 +703,43 @@ def _main(grid: Grid, context: Context) -> None:
             raise ConfigError("data", cfg.data.dataset, "data and a model fedala_lab builds from the config under "
                               "flwr run (custom data or models: run_flower in Python)")
         store = RunStore(opts["store"])
-        # every round, whatever checkpoint_every says (the engine's trade of disk writes against recomputing
-        # seconds): a federation's round costs seconds, and any round may lose a node
-        ckpt = store.checkpoint_for(cfg)
-        if not opts["resume"]:
-            ckpt.unlink(missing_ok=True)
-        server = FlowerServer(cfg, timeout=opts["timeout"], join=opts["join"], rejoin=opts["rejoin"], checkpoint=ckpt)
-        server.main(grid, context)
-        if isinstance(server.error, TrainingDiverged) and server.error.run is not None:
-            store.save(server.error.run, replace=True)  # as the engine keeps a diverged run, not its checkpoint
-            ckpt.unlink(missing_ok=True)
-        if server.error is not None:
-            raise server.error
-        # the last round's engine state kept with the run, as the engine's runs keep it (keep_states="last")
-        path = store.save(server.run, states={cfg.rounds: ckpt} if cfg.rounds in cfg.kept_rounds() else None)
-        ckpt.unlink(missing_ok=True)
+        with store.lock(cfg):  # as get_or_run: one writer of the config's checkpoint and run at a time
+            # checked under the lock: another flwr run of the config may have finished it while this one waited;
+            # a stored diverged run raises its TrainingDiverged (the same config diverges the same way)
+            run = store.outcome(cfg)[0] if opts["resume"] else None
+            served = run is not None
+            if not served:
+                run = _federate(grid, context, cfg, opts, store)
     except Exception as err:
         log(ERROR, "fedala_lab: the run FAILED: %s", err)
         if isinstance(err, FedalaError):
             raise err.with_traceback(None) from None  # the message says it all: no traceback through our code
         raise
-    s = server.run.summary()
-    log(INFO, "fedala_lab: %s best %.2f %%, final %.2f %% → %s", cfg.algo, s["best_acc"], s["final_acc"], path)
+    s = run.summary()
+    log(INFO, "fedala_lab: %s best %.2f %%, final %.2f %% → %s%s", cfg.algo, s["best_acc"], s["final_acc"], run.path,
+        " (the stored run, not recomputed: resume=false recomputes it)" if served else "")
+
+
+def _federate(grid: Grid, context: Context, cfg: RunConfig, opts: dict, store: RunStore) -> Run:
+    """Compute ``cfg``'s run over ``grid`` and save it in ``store`` (the caller holds its lock)."""
+    # every round, whatever checkpoint_every says (the engine's trade of disk writes against recomputing
+    # seconds): a federation's round costs seconds, and any round may lose a node
+    ckpt = store.checkpoint_for(cfg)
+    if not opts["resume"]:
+        clean_checkpoints(store, cfg, ckpt)
+    server = FlowerServer(cfg, timeout=opts["timeout"], join=opts["join"], rejoin=opts["rejoin"], checkpoint=ckpt)
+    server.main(grid, context)
+    if isinstance(server.error, TrainingDiverged) and server.error.run is not None:
+        store.save(server.error.run, replace=True)  # as the engine keeps a diverged run, not its checkpoint
+        clean_checkpoints(store, cfg, ckpt)
+    if server.error is not None:
+        raise server.error
+    # the last round's engine state kept with the run, as get_or_run keeps it (keep_states="last"); resume=false
+    # computed the run from round 1, so it replaces a stored one (get_or_run's force)
+    states = {cfg.rounds: server.side.engine_state()} if cfg.rounds in cfg.kept_rounds() else None
+    store.save(server.run, replace=not opts["resume"], states=states)
+    clean_checkpoints(store, cfg, ckpt)
+    return server.run
 
 
 __all__ = ["FlowerServer", "client_app", "config_from_run_config", "run_flower", "server_app", "server_options",
