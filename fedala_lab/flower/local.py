@@ -40,6 +40,12 @@ from ..errors import FedalaError
 APP = Path(__file__).resolve().parent / "app"
 START_SECONDS = 120.0  # a SuperLink or SuperNode up (a loaded machine starts Python slowly)
 RUN_SECONDS = 900.0  # one flwr run, unless the caller says
+# A SuperNode started with another heartbeat interval than Flower's fixed 30 s: Flower 1.42 reads it from a module
+# constant (no flag), so the constant is set before the SuperNode's modules are imported, which copy it.
+_SUPERNODE = ("import sys; import flwr.common.constant as c; c.HEARTBEAT_DEFAULT_INTERVAL = int(sys.argv.pop(1)); "
+              "from flwr.supernode.cli import flower_supernode; sys.argv[0] = 'flower-supernode'; "
+              "sys.exit(flower_supernode())")
+HEARTBEAT_MIN = 10  # the SuperLink refuses a shorter interval (flwr.common.constant.HEARTBEAT_MIN_INTERVAL)
 
 
 def free_port() -> int:
@@ -105,10 +111,18 @@ def alive(pid: int) -> bool:
 class LocalFederation:
     """A SuperLink and ``clients`` SuperNodes (partition-id 0 … clients−1) on 127.0.0.1, logging to
     ``<folder>/<name>.log``; Flower's home is ``<folder>/home/.flwr`` (``HOME`` too, for the processes it
-    starts), with the connection "lab". ``start_timeout``: seconds for each process to be up."""
+    starts), with the connection "lab". ``start_timeout``: seconds for each process to be up.
+
+    ``heartbeat``: seconds between a SuperNode's heartbeats (None: Flower's 30; at least 10, the SuperLink's
+    minimum). The SuperLink takes a node for lost after two intervals without one, so a lost node costs about
+    twice this before the run hears of it: tests pass 10 to notice a killed node in ≈ 20 s instead of ≈ 60."""
 
     def __init__(self, folder: str | Path, clients: int, *, start_timeout: float = START_SECONDS,
-                 database: bool = False):
+                 database: bool = False, heartbeat: int | None = None):
+        if heartbeat is not None and not (isinstance(heartbeat, int) and heartbeat >= HEARTBEAT_MIN):
+            raise FedalaError(f"heartbeat must be a whole number of seconds >= {HEARTBEAT_MIN} (the SuperLink's "
+                              f"minimum) or None (Flower's 30), got {heartbeat!r}")
+        self.heartbeat = heartbeat
         self.folder = Path(folder).resolve()
         self.clients, self.start_timeout = clients, start_timeout
         self.database = database  # the SuperLink's state in <folder>/superlink.db (else in its memory)
@@ -147,8 +161,11 @@ class LocalFederation:
             raise FedalaError(f"{args[0]} is not installed beside {sys.executable}: pip install \"fedala_lab[flower]\"")
         log = self.logs[name] = self.folder / f"{name}.log"
         self.commands.append(" ".join(args))
+        cmd = [str(self.bin / args[0]), *args[1:]]
+        if args[0] == "flower-supernode" and self.heartbeat is not None:
+            cmd = [sys.executable, "-c", _SUPERNODE, str(self.heartbeat), *args[1:]]
         with open(log, "ab") as out:
-            proc = subprocess.Popen([str(self.bin / args[0]), *args[1:]], stdout=out, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                     env=self.env, cwd=self.folder, start_new_session=True)
         self.procs[name] = proc
         return proc
