@@ -101,3 +101,81 @@ def test_the_eval_and_ala_steps_match_their_vmapped_steps(device):
     for n in top:
         torch.testing.assert_close(got_w["w"][n], want_w["w"][n], atol=tol(device, STEP_TOL), rtol=1e-5)
     torch.testing.assert_close(got_loss, want_loss, atol=tol(device, STEP_TOL), rtol=1e-5)
+
+
+# -- Linear/ReLU chains: the backward pass written out -------------------------------------------------------
+
+
+def _mlp_batch(model, device, features=64):
+    params = _stacked(model)
+    x, y, w = _batch(device)
+    return params, x.reshape(A, B, -1)[..., :features], y, w
+
+
+def _autograd(model, params, names, x, y, w, start=0):
+    with torch.enable_grad():
+        train = {n: params[n].detach().requires_grad_(True) for n in names}
+        losses = batched.client_losses(batched.forward(model, {**params, **train}, x, start=start), y, w)
+        return losses.detach(), dict(zip(names, torch.autograd.grad(losses.sum(), list(train.values()))))
+
+
+@pytest.mark.parametrize("names", [None, ("fc.weight", "fc.bias"), ("fc2.0.weight", "fc.bias")])
+def test_the_written_out_gradients_are_autograds_bit_for_bit(names, device):
+    """What ALA's weight learning uses: the same products as autograd, in its orientation (on the CPU; a GPU's
+    kernels may pick another order), the first layer's input gradient never computed."""
+    model = MLP(64, 5).to(device)
+    params, x, y, w = _mlp_batch(model, device)
+    names = list(params) if names is None else list(names)
+    layers = batched.chain(model)
+    assert [type(m).__name__ for _, m in layers] == ["Flatten", "Linear", "ReLU", "Linear", "ReLU", "Linear"]
+    want_loss, want = _autograd(model, params, names, x, y, w)
+    got_loss, got = batched.gradients(layers, params, names, x, y, w)
+    assert sorted(got) == sorted(names)
+    for g, v in [(got_loss, want_loss), *((got[n], want[n]) for n in names)]:
+        if device == "cpu":
+            assert torch.equal(g, v)
+        else:
+            torch.testing.assert_close(g, v, atol=tol(device, STEP_TOL), rtol=1e-5)
+
+
+def test_the_fused_sgd_update_is_autograds_step_to_float_rounding(device):
+    """Local training on a chain: each weight's step folded into its gradient's product (another summation
+    order); the bias steps and the losses are autograd's exactly on the CPU; untrained parameters do not move."""
+    model = MLP(64, 5).to(device)
+    params, x, y, w = _mlp_batch(model, device)
+    names = ["fc2.0.weight", "fc2.0.bias", "fc.weight", "fc.bias"]
+    want_loss, grads = _autograd(model, params, names, x, y, w)
+    got = {k: v.clone() for k, v in params.items()}
+    losses = batched.sgd_update(batched.chain(model), got, names, x, y, w, lr=0.1)
+    if device == "cpu":
+        assert torch.equal(losses, want_loss)
+    for n in params:
+        want = params[n] - 0.1 * grads[n] if n in grads else params[n]
+        torch.testing.assert_close(got[n], want, atol=tol(device, STEP_TOL), rtol=1e-6)
+    assert torch.equal(got["fc1.1.weight"], params["fc1.1.weight"])
+
+
+def test_fedprox_at_mu_zero_is_fedavg_on_a_chain_exactly():
+    """The oracle FedProx(μ=0) ≡ FedAvg holds through the fused step: the proximal gradient (zero) is added
+    after it."""
+    model = MLP(64, 5)
+    params, x, y, w = _mlp_batch(model, "cpu")
+    shared = {"global": {k: v[0] for k, v in params.items()}}
+    out = []
+    for sgd in (SGD(0.1), SGD(0.1, objective=Proximal(0.0))):
+        carry = {"params": {k: v.clone() for k, v in params.items()}, "buffers": {}}
+        out.append(make_sgd_step(model, sgd).batched(carry, shared, x, y, w))
+    for k in params:
+        assert torch.equal(out[0][0]["params"][k], out[1][0]["params"][k])
+
+
+def test_chains_are_told_apart_and_their_plain_forward_is_functional_calls():
+    assert batched.chain(SmallCNN(1, 5, 8)) is None  # convolutions: autograd
+    assert batched.chain(MLP(64, 5), 0, 2) is None  # ends in a ReLU: not logits
+    layers = batched.chain(MLP(64, 5), 0, 2, logits=False)
+    assert [type(m).__name__ for _, m in layers] == ["Flatten", "Linear", "ReLU", "Linear", "ReLU"]
+    model = MLP(64, 5)
+    g = {k: v.detach() + 0.01 for k, v in model.named_parameters()}
+    x = torch.randn(7, 1, 8, 8)
+    want = functional_call(model, (g, {}), (x,), {"stop": 2})
+    assert torch.equal(batched.plain_forward(layers, g, x), want)

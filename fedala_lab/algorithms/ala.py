@@ -104,7 +104,9 @@ def make_ala_step(model: nn.Module, eta: float, head_start: int, loss=None):
 
 def _batched_ala_step(model: nn.Module, eta: float, head_start: int):
     """:func:`make_ala_step` for A clients at once (compute/batched.py): autograd of the sum of their losses
-    with respect to their Θ̂, G's parameters broadcast to every client where all share one G."""
+    with respect to their Θ̂ (a Linear/ReLU head: its backward pass written out, batched.gradients), G's
+    parameters broadcast to every client where all share one G."""
+    layers = batched.chain(model, head_start)
 
     def step(carry, shared, x, y, mask):
         w, local = carry["w"], carry["l"]
@@ -112,11 +114,16 @@ def _batched_ala_step(model: nn.Module, eta: float, head_start: int):
         lower = carry["lower"] if "lower" in carry else shared["lower"]
         a = x.shape[0]
         rest = lower if "lower" in carry else {n: v.expand(a, *v.shape) for n, v in lower.items()}
-        with torch.enable_grad():
-            theta = {n: blend(local[n], glob[n], w[n]).detach().requires_grad_(True) for n in w}
-            out = batched.forward(model, {**rest, **carry.get("k", {}), **theta}, x, start=head_start)
-            losses = batched.client_losses(out, y, mask)
-            grads = dict(zip(theta, torch.autograd.grad(losses.sum(), list(theta.values()))))
+        theta = {n: blend(local[n], glob[n], w[n]) for n in w}
+        if layers is not None:
+            losses, grads = batched.gradients(layers, {**rest, **carry.get("k", {}), **theta}, list(theta), x, y,
+                                              mask)
+        else:
+            with torch.enable_grad():
+                theta = {n: v.requires_grad_(True) for n, v in theta.items()}
+                out = batched.forward(model, {**rest, **carry.get("k", {}), **theta}, x, start=head_start)
+                losses = batched.client_losses(out, y, mask)
+                grads = dict(zip(theta, torch.autograd.grad(losses.sum(), list(theta.values()))))
         new_w = {n: torch.clamp(w[n] - eta * grads[n] * (glob[n] - local[n]), 0, 1) for n in w}
         return {"w": new_w}, losses.detach().unsqueeze(1)
 
@@ -267,9 +274,13 @@ class WeightLearner:
             gs = [{n: fmt(v) for n, v in glob.items()}] * len(windows)
         pieces = [(gs[c], i, min(i + chunk, e)) for c, (a, e) in enumerate(windows) for i in range(a, e, chunk)]
 
+        layers = None if buffers else batched.chain(self.model, 0, self.start, logits=False)
+
         def chunk_out(piece, model: nn.Module) -> torch.Tensor:
             g, a, e = piece
             xs = fmt(x[a:e])
+            if layers is not None:  # Linear/ReLU blocks: their calls, without functional_call's cost
+                return batched.plain_forward(layers, g, xs)
             return functional_call(model, (g, buffers), (xs,), {"stop": self.start})
 
         below = sum(p.numel() for _, b in list(self.model.named_children())[:self.start] for p in b.parameters())

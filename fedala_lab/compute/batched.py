@@ -11,6 +11,15 @@ rounding. A step function carries such a form as ``step.batched`` (steps.py, alg
 vectorised backend calls it in place of ``vmap(step)`` — the same inputs, the same outputs.
 
 Anything else (batch norm, embeddings, a module of your own) has no batched form: those models take ``vmap``.
+
+Models of ``Linear``, ``ReLU``, ``Flatten`` and ``Identity`` only (an MLP, a logistic regression, a conv net's
+head) go further: their backward pass is written out (the cross-entropy's gradient, then one batched product per
+weight and per layer input) instead of recorded for autograd and replayed. :func:`gradients` runs the products
+autograd would run, in its orientation, so its gradients are autograd's bit for bit (ALA's weight learning uses
+it). :func:`sgd_update` (local training) folds each weight's SGD step into the product that makes its gradient
+(``W.baddbmm_(δᵀ, h, alpha=−lr)``): autograd's gradient of a weight comes out transposed, and stepping a weight
+by a transposed tensor costs 6× a contiguous one here, most of the old step's time. Float rounding only: the
+step sums in another order (tests/test_batched.py). docs/design.md#performance has the measurements.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 _LEAVES = (nn.Linear, nn.ReLU, nn.Flatten, nn.Conv2d, nn.MaxPool2d, nn.Identity)
+_CHAIN = (nn.Linear, nn.ReLU, nn.Flatten, nn.Identity)  # the layers whose backward pass is written out here
 
 
 def batchable(model: nn.Module) -> bool:
@@ -89,4 +99,133 @@ def client_losses(out: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.
     return (ce * w).sum(1) / w.sum(1).clamp_min(1.0)
 
 
-__all__ = ["batchable", "client_losses", "forward"]
+# -- the written-out backward pass of Linear/ReLU chains ------------------------------------------------------
+
+
+def chain(model: nn.Module, start: int = 0, stop: int | None = None, *,
+          logits: bool = True) -> list[tuple[str, nn.Module]] | None:
+    """The layers (name prefix, module) that :func:`forward` runs from top-level child ``start`` to ``stop``, in
+    order, when they are all ``Linear``, ``ReLU``, ``Flatten`` or ``Identity`` (in ``nn.Sequential``
+    containers) and, with ``logits``, the last is a ``Linear``; None otherwise."""
+    blocks = list(model.named_children()) if isinstance(model, nn.Sequential) else [("", model)]
+    out: list[tuple[str, nn.Module]] = []
+
+    def walk(m: nn.Module, prefix: str) -> bool:
+        if isinstance(m, nn.Sequential):
+            return all(walk(c, f"{prefix}{n}.") for n, c in m.named_children())
+        if not isinstance(m, _CHAIN) or (isinstance(m, nn.Flatten) and m.end_dim != -1):
+            return False
+        out.append((prefix, m))
+        return True
+
+    if not all(walk(c, f"{n}." if n else "") for n, c in blocks[start:stop]):
+        return None
+    return out if out and (not logits or isinstance(out[-1][1], nn.Linear)) else None
+
+
+def plain_forward(layers, params: dict, x: torch.Tensor) -> torch.Tensor:
+    """One model's ``layers`` (:func:`chain`) on ``x`` with ``params`` (unbatched), by the calls the modules'
+    own forward makes (``F.linear``…), so equal to ``functional_call`` bit for bit, without its cost of
+    swapping the module's parameters (≈ 0.2 ms a call: ALA's feature pass on the lecture's MLP)."""
+    for prefix, m in layers:
+        if isinstance(m, nn.Linear):
+            x = F.linear(x, params[prefix + "weight"], params.get(prefix + "bias"))
+        elif isinstance(m, nn.ReLU):
+            x = torch.relu(x)
+        elif isinstance(m, nn.Flatten):
+            x = x.flatten(m.start_dim, m.end_dim)
+    return x
+
+
+def _forward_saved(layers, params: dict, x: torch.Tensor) -> tuple[torch.Tensor, list]:
+    """:func:`forward` through ``layers`` (:func:`chain`), keeping what the backward pass reads: each Linear's
+    input (A, rows, in) and each ReLU's output."""
+    saved = []
+    for prefix, m in layers:
+        if isinstance(m, nn.Linear):
+            w, bias = params[prefix + "weight"], params.get(prefix + "bias")
+            flat = x.reshape(x.shape[0], -1, x.shape[-1])
+            saved.append(flat)
+            out = torch.bmm(flat, w.transpose(1, 2)) if bias is None else torch.baddbmm(
+                bias.unsqueeze(1), flat, w.transpose(1, 2))
+            x = out.reshape(*x.shape[:-1], w.shape[1])
+        elif isinstance(m, nn.ReLU):
+            x = torch.relu(x)
+            saved.append(x)
+        elif isinstance(m, nn.Flatten):
+            saved.append(x.shape)
+            x = x.flatten(m.start_dim + 1 if m.start_dim >= 0 else m.start_dim)
+        else:
+            saved.append(None)
+    return x, saved
+
+
+def _losses_and_delta(out: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`client_losses` and its gradient with respect to the logits ``out`` (A, B, C), (softmax − one-hot)
+    · w / max(Σ w, 1) row by row, computed as autograd computes it (the same kernels, bit for bit)."""
+    logp = torch.log_softmax(out, -1)
+    ce = -logp.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+    denom = w.sum(1).clamp_min(1.0)
+    losses = (ce * w).sum(1) / denom
+    scale = torch.ones_like(denom).div_(denom).unsqueeze(1) * w  # ∂loss/∂ce: autograd's (1 / denom) · w
+    grad_logp = torch.zeros_like(logp).scatter_(-1, y.unsqueeze(-1), -scale.unsqueeze(-1))
+    return losses, torch.ops.aten._log_softmax_backward_data(grad_logp, logp, -1, logp.dtype)
+
+
+def _backward(layers, params: dict, saved: list, delta: torch.Tensor, names, lr: float | None = None) -> dict:
+    """From the logits' gradient ``delta`` down through ``layers``, for the parameters ``names``: their gradients,
+    each by the kernel autograd uses for it in its orientation, so equal to autograd's bit for bit (``lr``
+    None); or, given ``lr``, the SGD step θ ← θ − lr·∇θ done in place, each weight's step fused into the product
+    that makes its gradient (W.baddbmm_(δᵀ, h, alpha=−lr): the gradient is never stored, and W is written in
+    its own layout; float rounding apart, the same step). Stops below the lowest layer holding one of
+    ``names``."""
+    names = set(names)
+    lowest = min((i for i, (prefix, m) in enumerate(layers) if isinstance(m, nn.Linear)
+                  and ({prefix + "weight", prefix + "bias"} & names)), default=len(layers))
+    grads = {}
+    for i in range(len(layers) - 1, lowest - 1, -1):
+        prefix, m = layers[i]
+        if isinstance(m, nn.Linear):
+            h, wn, bn = saved[i], prefix + "weight", prefix + "bias"
+            d = delta.reshape(delta.shape[0], -1, delta.shape[-1])
+            # the input's gradient first: it is the weight's before the step
+            below = torch.bmm(d, params[wn]).reshape(*delta.shape[:-1], h.shape[-1]) if i > lowest else None
+            if wn in names:
+                if lr is None:  # (hᵀδ)ᵀ: autograd's orientation, so its sums in its order
+                    grads[wn] = torch.bmm(h.transpose(1, 2), d).transpose(1, 2)
+                else:
+                    params[wn].baddbmm_(d.transpose(1, 2), h, alpha=-lr)
+            if bn in names and bn in params:
+                if lr is None:
+                    grads[bn] = d.sum(1)
+                else:
+                    params[bn].sub_(d.sum(1), alpha=lr)
+            delta = below
+        elif isinstance(m, nn.ReLU):
+            delta = torch.ops.aten.threshold_backward(delta, saved[i], 0)  # autograd's own op for ReLU
+        elif isinstance(m, nn.Flatten):
+            delta = delta.reshape(saved[i])
+    return grads
+
+
+def sgd_update(layers, params: dict, names, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor,
+               lr: float) -> torch.Tensor:
+    """One SGD step of A clients on their batches through ``layers`` (:func:`chain`): ``params[n]`` (A, *shape)
+    ← params[n] − lr·∂(client loss)/∂n in place for the ``names``, the weights' steps fused into their gradients'
+    products (float rounding apart, autograd's step); returns the clients' losses before the step (A,)."""
+    out, saved = _forward_saved(layers, params, x)
+    losses, delta = _losses_and_delta(out, y, w)
+    _backward(layers, params, saved, delta, names, lr)
+    return losses
+
+
+def gradients(layers, params: dict, names, x: torch.Tensor, y: torch.Tensor,
+              w: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """The clients' losses (A,) through ``layers`` (:func:`chain`) and their gradients with respect to
+    ``names``, without autograd."""
+    out, saved = _forward_saved(layers, params, x)
+    losses, delta = _losses_and_delta(out, y, w)
+    return losses, _backward(layers, params, saved, delta, names)
+
+
+__all__ = ["batchable", "chain", "client_losses", "forward", "gradients", "plain_forward", "sgd_update"]

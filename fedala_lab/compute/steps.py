@@ -114,12 +114,20 @@ def make_sgd_step(model: torch.nn.Module, sgd: SGD):
 
 
 def _batched_sgd_step(model: torch.nn.Module, sgd: SGD):
-    """:func:`make_sgd_step` for A clients at once (batched.py): autograd of the sum of their losses."""
+    """:func:`make_sgd_step` for A clients at once (batched.py): autograd of the sum of their losses, or for a
+    Linear/ReLU chain :func:`~fedala_lab.compute.batched.sgd_update` (the same step to float rounding)."""
     trainable = None if sgd.trainable is None else set(sgd.trainable)
+    layers = batched_forms.chain(model)
 
     def step(carry, shared, x, y, w):
         params = carry["params"]
         names = [n for n in params if trainable is None or n in trainable]
+        if layers is not None:  # written out, each weight's step fused into its gradient's product
+            extra = {} if sgd.objective is None else sgd.objective.grad({n: params[n] for n in names}, carry, shared)
+            losses = batched_forms.sgd_update(layers, params, names, x, y, w, sgd.lr)
+            for n, g in extra.items():  # the objective's gradient at θ before the step
+                params[n].add_(g, alpha=-sgd.lr)
+            return {"params": params}, losses.unsqueeze(1)
         with torch.enable_grad():
             train = {n: params[n].detach().requires_grad_(True) for n in names}
             out = batched_forms.forward(model, {**params, **train}, x)
