@@ -168,6 +168,44 @@ def test_fused_linear_agrees_to_float_rounding(algo, data, pool):
         np.testing.assert_allclose(run_f.clients[col], run_l.clients[col], atol=RUN_TOL, rtol=0)
 
 
+# the pFL methods with module forms of their steps (compute.steps.Recipe.trainer), and Ditto's/FedProx's pull
+MODULE_FORMS = {"pfedme": {"pfedme_k": 2}, "apple": {}, "fedphp": {"fedphp_lambda": 0.3}, "ditto": {},
+                "fedprox": {}}
+
+
+@pytest.mark.parametrize("algo", list(MODULE_FORMS))
+def test_module_forms_agree_to_float_rounding(algo, data, pool):
+    # backend="auto"'s kernels (channels-last, fused updates): pFedMe's, APPLE's and FedPHP's steps run as
+    # module forms on an InPlaceModel, Ditto's and FedProx's proximal term as a pull inside the fused update
+    cfg = small_cfg(algo=algo, rounds=3, drop_last=False, shuffle=True, join_ratio=0.6, **MODULE_FORMS[algo])
+    sim_l, run_l = run_sim(cfg.replace(backend="loop"), data)
+    sim_f, run_f = run_sim(cfg.replace(backend="workers"), data, workers=pool, channels_last=True, fused_linear=True)
+    diff = max((sim_f.local_params[n] - sim_l.local_params[n]).abs().max().item() for n in sim_l.param_names)
+    # other arithmetic (not bit for bit), the same training: RUN_TOL (conftest)
+    assert 0 < diff < RUN_TOL
+    for col in ("train_loss", "test_loss", "test_acc"):
+        np.testing.assert_allclose(run_f.clients[col], run_l.clients[col], atol=RUN_TOL, rtol=0)
+    state_l, state_f = sim_l.state, sim_f.state  # personal models, relationship vectors, private models
+    for field in ("params", "p"):
+        if hasattr(state_l, field):
+            got, want = getattr(state_f, field), getattr(state_l, field)
+            for k in (want if isinstance(want, dict) else {"": want}):
+                a, b = (got[k], want[k]) if k else (got, want)
+                torch.testing.assert_close(a, b, atol=RUN_TOL, rtol=0)
+
+
+@pytest.mark.parametrize("algo", ["pfedme", "apple", "fedphp"])
+def test_module_forms_run_only_with_the_faster_kernels(algo, data):
+    from fedala_lab.compute.workers import _runner, _StepRunner
+
+    sim = Simulation(small_cfg(algo=algo, backend="workers", drop_last=False), data, workers=1)
+    recipe = sim.algo.step.recipe
+    assert recipe.trainer is not None
+    assert type(_runner(sim.model, (False, False), recipe)) is _StepRunner  # the loop's arithmetic, bit for bit
+    for kernels in [(True, False), (False, True), (True, True)]:
+        assert type(_runner(sim.model, kernels, recipe)) is recipe.trainer
+
+
 class _Twice(torch.nn.Module):
     """Calls one linear layer twice in a forward pass: its weight must not change between the backward uses."""
 

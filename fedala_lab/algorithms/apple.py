@@ -14,10 +14,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch.func import functional_call, grad_and_value
 
 from ..compute.steps import recipe_step, weighted_ce
+from ..compute.workers import InPlaceModel
 from ..params import Float, Int, Param
 from .base import Aggregated, Algorithm, Round, Sent, Setup, Trained, Work
 from .registry import make_spec
@@ -64,12 +66,67 @@ def make_apple_step(model: torch.nn.Module, lr: float, lr_p: float):
     return step
 
 
+class AppleTrainer:
+    """:func:`make_apple_step` on a worker's module (the recipe's ``trainer``, compute/steps.py), with the
+    workers' channels-last convolutions. Per step the personalised model θ̃ is written into the module's
+    parameters once, each as one ``addmv`` over the N core models (p_own·(θ_i − start) + Σ_j p_j θ_j); after
+    the backward pass the p-gradient takes one more pass over them (⟨g, θ_j⟩, and ⟨g, θ_i − start⟩ for the own
+    entry) and θ_i its step in place, θ_i − lr·p_own·g as one ``add_``. Those two passes over the N cores are
+    the step's arithmetic beyond FedAvg's; no gradient is fused into the backward pass (g itself is needed).
+    Equal to the step to float rounding."""
+
+    def __init__(self, model: torch.nn.Module, kernels: tuple[bool, bool], *, lr: float, lr_p: float):
+        self.net = InPlaceModel(model, lr=lr, channels_last=kernels[0])
+        self.lr, self.lr_p = lr, lr_p
+
+    def train_client(self, carry, shared, x, y, rows, sizes) -> np.ndarray:
+        net, lr = self.net, self.lr
+        own, start, me = carry["params"], carry["start"], carry["me"]
+        p = carry["p"].clone()
+        n = len(p)
+        cores = {k: v.reshape(n, -1) for k, v in shared["cores"].items()}  # views: (N, numel)
+        prox, p0 = shared["prox"], shared["p0"]
+        net.load(None, carry["buffers"])
+        losses = np.empty((len(sizes), 1), dtype=np.float64)
+        for b, s in enumerate(sizes):
+            idx = torch.from_numpy(rows[b, :s])
+            xb, yb = net.batch(x, idx), y[idx]
+            with torch.no_grad():
+                p_own = float((p * me).sum())
+                diff = {k: (own[k] - start[k]).reshape(-1) for k in own}
+                for k, param in net.all.items():  # θ̃ = p_own·(θ_i − start) + Σ_j p_j θ_j
+                    if param.is_contiguous():  # written in place (fc1's 2 MB weight)
+                        torch.addmv(diff[k], cores[k].t(), p, beta=p_own, out=param.view(-1))
+                    else:  # a channels-last conv weight: in the parameter's order, then copied
+                        param.copy_(torch.addmv(diff[k], cores[k].t(), p, beta=p_own).view(param.shape))
+            loss = weighted_ce(net.model(xb), yb, x.new_ones(int(s)))
+            loss.backward()
+            with torch.no_grad():
+                g_p, g_own = torch.zeros_like(p), p.new_zeros(())
+                for k, param in net.all.items():
+                    if param.grad is None:
+                        continue
+                    g = param.grad.reshape(-1)  # the parameter's order (a channels-last gradient is copied)
+                    g_p += torch.mv(cores[k], g)
+                    g_own += torch.dot(g, diff[k])
+                    own[k].add_(param.grad, alpha=-lr * p_own)  # θ_i − lr·p_own·g
+                    param.grad = None
+                g_p += me * g_own
+                p -= self.lr_p * (g_p + prox * (p - p0))
+            losses[b, 0] = loss.item()
+        with torch.no_grad():
+            carry["p"].copy_(p)
+        net.store(None, carry["buffers"])
+        return losses
+
+
 class APPLE(Algorithm):
     """Core models shared by all; each client's personalised model mixes them by its learned p_i."""
 
     def __init__(self, setup: Setup):
         super().__init__(setup)
-        self.step = recipe_step(setup.model, make_apple_step, lr=setup.cfg.lr, lr_p=setup.cfg.apple_dr_lr)
+        self.step = recipe_step(setup.model, make_apple_step, trainer=AppleTrainer, lr=setup.cfg.lr,
+                                lr_p=setup.cfg.apple_dr_lr)
 
     def init_state(self, setup: Setup) -> AppleState:
         n = setup.num_clients

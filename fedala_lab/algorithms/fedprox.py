@@ -28,6 +28,10 @@ class Proximal:
         anchor = carry[self.key] if self.per_client else shared[self.key]
         return {n: self.mu * (p - anchor[n]) for n, p in params.items()}
 
+    def pull(self, carry: dict, shared: dict) -> tuple[float, dict]:
+        """(μ, the anchors): the same term as a pull, which the workers' fused update applies in place."""
+        return self.mu, carry[self.key] if self.per_client else shared[self.key]
+
 
 class FedProx(Algorithm):
     """FedAvg whose local objective adds the proximal term (μ/2)‖θ − G‖²."""

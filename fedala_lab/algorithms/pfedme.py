@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ..compute.steps import grad_and_loss, recipe_step
+from ..compute.workers import InPlaceModel
 from ..params import Float, Int, Param
 from .base import Aggregated, Algorithm, Round, Setup, Trained, Work
 from .ditto import personal_models
@@ -50,6 +51,48 @@ def make_pfedme_step(model: torch.nn.Module, *, lr: float, plr: float, lam: floa
     return step
 
 
+class PFedMeTrainer:
+    """:func:`make_pfedme_step` on a worker's module (the recipe's ``trainer``, compute/steps.py): θ is the
+    module's parameters, trained in place with the workers' kernels (``kernels``: channels-last convolutions,
+    fused linear updates, where θ's pull towards w is taken inside the backward pass); w is the client's slot,
+    updated in place. The same arithmetic per batch (K gradient steps of θ, then w's step), equal to the
+    step to float rounding. The batch is gathered (and formatted) once for its K steps."""
+
+    def __init__(self, model: torch.nn.Module, kernels: tuple[bool, bool], *, lr: float, plr: float, lam: float,
+                 k: int):
+        self.net = InPlaceModel(model, lr=plr, channels_last=kernels[0], fused_linear=kernels[1])
+        self.lr, self.plr, self.lam, self.k = lr, plr, lam, k
+
+    def train_client(self, carry, shared, x, y, rows, sizes) -> np.ndarray:
+        net, plr, pull = self.net, self.plr, self.plr * self.lam
+        w = carry["params"]
+        net.load(carry["theta"], carry["buffers"])
+        net.pull = (pull, w)  # the fused layers: θ + plr·λ·(w − θ) − plr·δᵀx
+        losses = np.empty((len(sizes), 1), dtype=np.float64)
+        try:
+            for b, s in enumerate(sizes):
+                idx = torch.from_numpy(rows[b, :s])
+                xb, yb, ones = net.batch(x, idx), y[idx], x.new_ones(int(s))
+                for i in range(self.k):
+                    loss = net.loss(net.cross_entropy, xb, yb, ones)
+                    loss.backward()
+                    with torch.no_grad():
+                        for n, p in net.params.items():  # θ − plr·(∇f + λ(θ − w)), as the step's lerp
+                            p.lerp_(w[n], pull)
+                            if p.grad is not None:
+                                p.sub_(plr * p.grad)
+                            p.grad = None
+                    if i == 0:
+                        losses[b, 0] = loss.item()
+                with torch.no_grad():
+                    for n, v in w.items():  # w − lr·λ(w − θ)
+                        v.lerp_(net.all[n], self.lr * self.lam)
+        finally:
+            net.pull = None
+        net.store(carry["theta"], carry["buffers"])
+        return losses
+
+
 class PFedMe(Algorithm):
     """Local models w_i federated with a β-step server; personal models θ_i, their proximal points, evaluated."""
 
@@ -59,8 +102,8 @@ class PFedMe(Algorithm):
     def __init__(self, setup: Setup):
         super().__init__(setup)
         cfg = self.cfg
-        self.step = recipe_step(setup.model, make_pfedme_step, lr=cfg.lr, plr=cfg.pfedme_plr,
-                                lam=cfg.pfedme_lambda, k=cfg.pfedme_k)
+        self.step = recipe_step(setup.model, make_pfedme_step, trainer=PFedMeTrainer, lr=cfg.lr,
+                                plr=cfg.pfedme_plr, lam=cfg.pfedme_lambda, k=cfg.pfedme_k)
 
     def init_state(self, setup: Setup) -> PFedMeState:
         return PFedMeState(*personal_models(setup))

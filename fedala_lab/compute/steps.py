@@ -34,7 +34,12 @@ class Objective(Protocol):
     Written with plain tensor arithmetic so that it runs per client and under ``vmap`` alike; an instance of
     a class importable by name pickles, so worker processes can use it. An objective whose ``grad`` is
     elementwise (it broadcasts: ``params`` and ``carry`` (A, *shape), ``shared`` unbatched) says so with a
-    class attribute ``batched = True``; the vectorised backend then runs it on all clients at once."""
+    class attribute ``batched = True``; the vectorised backend then runs it on all clients at once.
+
+    An objective whose gradient is a proximal pull μ(θ − a) may also say so with a method
+    ``pull(carry, shared) -> (μ, anchors)`` (name → a; the gradient is 0 for parameters not named): the
+    workers' fused update (``fused_linear``) then moves θ the fraction lr·μ towards a in place instead of
+    writing the gradient (FedProx's and Ditto's :class:`~fedala_lab.algorithms.fedprox.Proximal`)."""
 
     def grad(self, params: dict, carry: dict, shared: dict) -> dict: ...
 
@@ -53,10 +58,18 @@ class SGD:
 class Recipe:
     """How a per-client step is made: ``factory(model, **kwargs)``. A module-level factory and plain values
     pickle, so a worker process (workers.py) rebuilds the same step on its copy of the model and trains a
-    client with it, as the loop backend would here. Make steps with :func:`recipe_step`."""
+    client with it, as the loop backend would here. Make steps with :func:`recipe_step`.
+
+    ``trainer`` (optional): the step's module form, ``trainer(model, kernels, **kwargs)``, an object whose
+    ``train_client(carry, shared, x, y, rows, sizes)`` trains one client in place (its carry slot, written
+    back) and returns each step's aux values (K, m), as a worker runs the step. A worker uses it where the
+    run asked for faster kernels (``kernels`` = (channels_last, fused_linear), ``backend="auto"``): the same
+    math on an ``nn.Module`` trained in place (workers.py ``InPlaceModel``: channels-last convolutions, fused
+    linear updates), equal to the step to float rounding. Without those kernels the step itself runs."""
 
     factory: Callable[..., Callable]
     kwargs: tuple[tuple[str, Any], ...] = ()
+    trainer: Callable[..., Any] | None = None
 
     def build(self, model: torch.nn.Module) -> Callable:
         step = self.factory(model, **dict(self.kwargs))
@@ -64,10 +77,12 @@ class Recipe:
         return step
 
 
-def recipe_step(model: torch.nn.Module, factory: Callable[..., Callable], **kwargs) -> Callable:
+def recipe_step(model: torch.nn.Module, factory: Callable[..., Callable], *, trainer: Callable[..., Any] | None = None,
+                **kwargs) -> Callable:
     """``factory(model, **kwargs)``, remembering how it was made (``step.recipe``): a step that worker
-    processes can run (the loop's arithmetic, a client per process)."""
-    return Recipe(factory, tuple(sorted(kwargs.items()))).build(model)
+    processes can run (the loop's arithmetic, a client per process); ``trainer``: its module form for the
+    workers' faster kernels (:class:`Recipe`)."""
+    return Recipe(factory, tuple(sorted(kwargs.items())), trainer).build(model)
 
 
 def weighted_ce(logits: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

@@ -43,8 +43,12 @@ FedAvg-C, FedLAMA, batch norm). Each client is trained by exactly one process in
 number of workers and the order they pick clients in never change a result. ``channels_last=True`` (for
 conv models) runs other convolution kernels, and ``fused_linear=True`` applies the update of each linear
 layer inside the backward pass as one ``addmm_`` (W ← W − lr·δᵀx: the gradient is never written, scaled
-and subtracted, which matters for a large weight such as the MNIST CNN's fc1; docs/design.md#performance):
+and subtracted, which matters for a large weight such as the MNIST CNN's fc1; docs/design.md#performance),
+an objective's proximal pull μ(θ − a) as one ``lerp_`` beside it (``objective.pull``: FedProx, Ditto):
 both faster on a CPU and equal to float rounding only, like changing torch's threads. ``backend="auto"`` turns both on (engine/simulate.py).
+With either on, a step whose recipe names a module form (``Recipe.trainer``: pFedMe's, APPLE's, FedPHP's) runs
+as that form, the same math on an :class:`InPlaceModel` with those kernels, instead of the ``torch.func``
+step (NCHW convolutions, every gradient written): also equal to float rounding only.
 
 Only training goes to the workers; forward-only calls (evaluation, ALA's feature pass) and steps without a
 recipe (ALA's weight learning) run in this process on the loop backend, whose forward-only calls use a
@@ -98,13 +102,16 @@ class _FusedLinear(torch.autograd.Function):
     """``F.linear(x, W, b)`` whose backward applies the step's SGD update to W (and b) in place:
     W ← W − lr·(δᵀx) as one ``addmm_`` instead of writing ∇W (2 MB for the MNIST CNN's fc1), scaling it and
     subtracting it in three passes over memory. The input's gradient δW is taken first, from W as it was
-    in the forward pass; W is not read again in the step. Float rounding differs from ``p − lr·g`` (the
-    product is not rounded before the subtraction), so this runs only where the caller asked for it."""
+    in the forward pass; W is not read again in the step. ``pull`` (fraction f, anchors of W and b, or None):
+    a proximal term's step μ(θ − a) taken in the same place, as θ ← θ + f·(a − θ) (``lerp_``) before the
+    update (f = lr·μ: FedProx's and Ditto's pull, pFedMe's θ towards w). Float rounding differs from
+    ``p − lr·(g + μ(p − a))`` (the product is not rounded before the subtraction), so this runs only where
+    the caller asked for it."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, lr):
+    def forward(ctx, x, weight, bias, lr, pull):
         ctx.save_for_backward(x, weight)
-        ctx.bias, ctx.lr = bias, lr
+        ctx.bias, ctx.lr, ctx.pull = bias, lr, pull
         return F.linear(x, weight, bias)
 
     @staticmethod
@@ -113,31 +120,44 @@ class _FusedLinear(torch.autograd.Function):
         go = grad_out.reshape(-1, weight.shape[0])
         grad_in = go.mm(weight).reshape(x.shape) if ctx.needs_input_grad[0] else None
         with torch.no_grad():
+            if ctx.pull is not None:
+                frac, w_anchor, b_anchor = ctx.pull
+                if w_anchor is not None:
+                    weight.lerp_(w_anchor, frac)
+                if ctx.bias is not None and b_anchor is not None:
+                    ctx.bias.lerp_(b_anchor, frac)
             weight.addmm_(go.t(), x.reshape(-1, weight.shape[1]), alpha=-ctx.lr)
             if ctx.bias is not None:
                 ctx.bias.add_(go.sum(0), alpha=-ctx.lr)
-        return grad_in, None, None, None
+        return grad_in, None, None, None, None
 
 
-class _Trainer:
-    """One nn.Module trained in place by an SGD recipe, one client at a time (the math of steps.make_sgd_step).
+class InPlaceModel:
+    """A worker's copy of ``model`` trained in place, one client at a time: what :class:`_Trainer` (SGD recipes)
+    and the module forms of algorithms' steps (:attr:`~fedala_lab.compute.steps.Recipe.trainer`) run on.
 
-    ``fused_linear``: the ``nn.Linear`` layers whose weight and bias all train (and are theirs alone) take
-    their update inside the backward pass (:class:`_FusedLinear`); a model that calls such a layer twice in
-    one forward pass (its weight would change between the two backward uses) is trained without."""
+    ``channels_last``: a conv model's weights and inputs (:meth:`batch`) in that memory format. ``fused_linear``:
+    each ``nn.Linear`` whose weight and bias all train (and are its own) takes its update θ ← θ − lr·δᵀx inside
+    the backward pass (:class:`_FusedLinear`), first moving the fraction ``pull[0]`` of the way to its anchors
+    ``pull[1]`` where :attr:`pull` is set; :attr:`params` are the trainable parameters the caller updates
+    after the backward pass. A model that calls such a layer twice in one forward pass (its weight would change
+    between the two backward uses) is found by :meth:`loss` and trained without. ``trainable``: the names that
+    train (None: all); the others are frozen. Both switches agree with the loop to float rounding only."""
 
-    def __init__(self, model: torch.nn.Module, sgd: SGD, channels_last: bool, fused_linear: bool = False):
+    def __init__(self, model: torch.nn.Module, *, lr: float, channels_last: bool = False, fused_linear: bool = False,
+                 trainable=None):
         model = copy.deepcopy(model)
         self.channels_last = channels_last and any(p.dim() == 4 for p in model.parameters())
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
         model.train()
-        trainable = None if sgd.trainable is None else set(sgd.trainable)
+        trainable = None if trainable is None else set(trainable)
         for n, p in model.named_parameters():
             p.requires_grad_(trainable is None or n in trainable)
-        self.model, self.sgd = model, sgd
+        self.model, self.lr = model, lr
         self.all = dict(model.named_parameters())
         self.buffers = dict(model.named_buffers())
+        self.pull: tuple[float, dict] | None = None  # (fraction, name → anchor) for the fused layers
         self.calls: dict[str, int] = {}  # fused layer → calls in this step's forward pass
         fused = _fusable(model) if fused_linear else {}
         for name, module in fused.items():
@@ -150,7 +170,12 @@ class _Trainer:
     def _fused_forward(self, name: str, module: torch.nn.Linear):
         def forward(x):
             self.calls[name] = self.calls.get(name, 0) + 1
-            return _FusedLinear.apply(x, module.weight, module.bias, self.sgd.lr)
+            pull = None
+            if self.pull is not None:
+                frac, anchors = self.pull
+                w, b = anchors.get(f"{name}.weight"), anchors.get(f"{name}.bias")
+                pull = None if w is None and b is None else (frac, w, b)
+            return _FusedLinear.apply(x, module.weight, module.bias, self.lr, pull)
         return forward
 
     def _unfuse(self) -> None:
@@ -159,46 +184,99 @@ class _Trainer:
             del module.forward  # back to the class's forward
         self.params, self.fused, self.patched, self.calls = self.trainable, set(), [], {}
 
+    def batch(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """Rows ``idx`` of ``x`` as the model takes them."""
+        xb = x[idx]
+        if self.channels_last:
+            # not compute.backends.nhwc: at batch 10 a training step runs as fast either way
+            # (docs/design.md#performance), and keeping this keeps the trained floats of earlier runs
+            xb = xb.contiguous(memory_format=torch.channels_last)
+        return xb
+
+    def loss(self, forward, *args):
+        """``forward(*args)`` (the step's loss, from the model's forward pass); where it called a fused layer
+        twice, again without fused layers (nothing has changed yet: updates happen in the backward pass)."""
+        self.calls.clear()
+        loss = forward(*args)
+        if any(c > 1 for c in self.calls.values()):
+            self._unfuse()
+            loss = forward(*args)
+        return loss
+
+    def cross_entropy(self, xb: torch.Tensor, yb: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """The model's weighted cross-entropy on a batch (:func:`~fedala_lab.compute.steps.weighted_ce`)."""
+        return weighted_ce(self.model(xb), yb, w)
+
+    def load(self, params: dict | None, buffers: dict | None = None) -> None:
+        """Copy a client's parameters (all, or none: None) and buffers into the model."""
+        with torch.no_grad():
+            for n, p in (self.all.items() if params is not None else ()):
+                p.copy_(params[n])
+            for n, b in (self.buffers.items() if buffers is not None else ()):
+                b.copy_(buffers[n])
+
+    def store(self, params: dict | None, buffers: dict | None = None) -> None:
+        """Copy the model's parameters (unless None) and buffers back into a client's tensors, in place."""
+        with torch.no_grad():
+            for n, p in (self.all.items() if params is not None else ()):
+                params[n].copy_(p)
+            for n, b in (self.buffers.items() if buffers is not None else ()):
+                buffers[n].copy_(b)
+
+
+class _Trainer(InPlaceModel):
+    """One nn.Module trained in place by an SGD recipe, one client at a time (the math of steps.make_sgd_step).
+
+    ``fused_linear``: the ``nn.Linear`` layers whose weight and bias all train (and are theirs alone) take
+    their update inside the backward pass (:class:`_FusedLinear`); a model that calls such a layer twice in
+    one forward pass is trained without. With it, an objective that says its gradient is a pull μ(θ − a)
+    (``objective.pull``: FedProx's, Ditto's) is applied as θ ← θ + lr·μ·(a − θ) in place (inside the backward
+    pass for fused layers), not as a gradient written and added: float rounding only, like the fusing."""
+
+    def __init__(self, model: torch.nn.Module, sgd: SGD, channels_last: bool, fused_linear: bool = False):
+        super().__init__(model, lr=sgd.lr, channels_last=channels_last, fused_linear=fused_linear,
+                         trainable=sgd.trainable)
+        self.sgd = sgd
+        self.pulls = fused_linear and callable(getattr(sgd.objective, "pull", None))
+
     def train_client(self, carry: dict, shared: dict, x: torch.Tensor, y: torch.Tensor, rows: np.ndarray,
                      sizes: np.ndarray) -> np.ndarray:
         """SGD on one client from ``carry`` (its params and buffers, written back in place); the losses."""
-        buffers, lr, objective = self.buffers, self.sgd.lr, self.sgd.objective
-        with torch.no_grad():
-            for n, p in self.all.items():
-                p.copy_(carry["params"][n])
-            for n, b in buffers.items():
-                b.copy_(carry["buffers"][n])
+        lr, objective = self.sgd.lr, self.sgd.objective
+        self.load(carry["params"], carry["buffers"])
+        anchors = {}
+        if self.pulls:
+            mu, anchors = objective.pull(carry, shared)
+            anchors = {n: a for n, a in anchors.items() if n in self.trainable}
+            self.pull, frac = (lr * mu, anchors), lr * mu
         losses = np.empty(len(sizes), dtype=np.float64)
-        for k, s in enumerate(sizes):
-            idx = torch.from_numpy(rows[k, :s])
-            xb, yb = x[idx], y[idx]
-            if self.channels_last:
-                # not compute.backends.nhwc: at batch 10 a training step runs as fast either way
-                # (docs/design.md#performance), and keeping this keeps the trained floats of earlier runs
-                xb = xb.contiguous(memory_format=torch.channels_last)
-            self.calls.clear()
-            loss = weighted_ce(self.model(xb), yb, xb.new_ones(int(s)))
-            if any(c > 1 for c in self.calls.values()):  # nothing has changed yet: redo the step unfused
-                self._unfuse()
-                loss = weighted_ce(self.model(xb), yb, xb.new_ones(int(s)))
-            with torch.no_grad():  # before the backward pass, which updates the fused layers
-                extra = objective.grad(self.trainable, carry, shared) if objective is not None else {}
-            loss.backward()
-            with torch.no_grad():
-                for n, p in self.params.items():
-                    g = p.grad if p.grad is not None else torch.zeros_like(p)
-                    if n in extra:
-                        g = g + extra[n]
-                    p.sub_(lr * g)  # the loop's p − lr·(∇ℓ + extra), in place
-                    p.grad = None
-                for n in self.fused & extra.keys():
-                    self.all[n].sub_(lr * extra[n])
-            losses[k] = loss.item()
-        with torch.no_grad():
-            for n, p in self.all.items():
-                carry["params"][n].copy_(p)
-            for n, b in buffers.items():
-                carry["buffers"][n].copy_(b)
+        try:
+            for k, s in enumerate(sizes):
+                idx = torch.from_numpy(rows[k, :s])
+                xb, yb = self.batch(x, idx), y[idx]
+                loss = self.loss(self.cross_entropy, xb, yb, xb.new_ones(int(s)))
+                with torch.no_grad():  # before the backward pass, which updates the fused layers
+                    extra = objective.grad(self.trainable, carry, shared) if objective is not None and not \
+                        self.pulls else {}
+                loss.backward()
+                with torch.no_grad():
+                    for n, p in self.params.items():
+                        if n in anchors:  # θ + lr·μ·(a − θ) − lr·∇ℓ: the pull's gradient is never written
+                            p.lerp_(anchors[n], frac)
+                            if p.grad is not None:
+                                p.sub_(lr * p.grad)
+                        else:
+                            g = p.grad if p.grad is not None else torch.zeros_like(p)
+                            if n in extra:
+                                g = g + extra[n]
+                            p.sub_(lr * g)  # the loop's p − lr·(∇ℓ + extra), in place
+                        p.grad = None
+                    for n in self.fused & extra.keys():
+                        self.all[n].sub_(lr * extra[n])
+                losses[k] = loss.item()
+        finally:
+            self.pull = None
+        self.store(carry["params"], carry["buffers"])
         return losses
 
 
@@ -231,8 +309,15 @@ class _StepRunner:
 
 
 def _runner(model, kernels: tuple[bool, bool], recipe: SGD | Recipe):
-    """The runner of ``recipe``; ``kernels``: (channels_last, fused_linear) for SGD recipes."""
-    return _Trainer(model, recipe, *kernels) if isinstance(recipe, SGD) else _StepRunner(model, recipe)
+    """The runner of ``recipe``; ``kernels``: (channels_last, fused_linear). An SGD recipe trains an
+    :class:`InPlaceModel` (:class:`_Trainer`); a step's recipe runs the step itself (the loop's arithmetic), or,
+    where the kernels are asked for and the recipe names one, its module form (``recipe.trainer``: the same
+    math on an :class:`InPlaceModel`, to float rounding)."""
+    if isinstance(recipe, SGD):
+        return _Trainer(model, recipe, *kernels)
+    if getattr(recipe, "trainer", None) is not None and any(kernels):
+        return recipe.trainer(model, kernels, **dict(recipe.kwargs))
+    return _StepRunner(model, recipe)
 
 
 class _Session:
@@ -644,4 +729,4 @@ class WorkerBackend:
         return s["token"], s["slots"], s["shared"]
 
 
-__all__ = ["WorkerBackend", "WorkerError", "WorkerPool", "portable"]
+__all__ = ["InPlaceModel", "WorkerBackend", "WorkerError", "WorkerPool", "portable"]
