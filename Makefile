@@ -26,8 +26,10 @@ app: $(STAMP)
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
 
+# two pytest workers, a test file each at a time (its module fixtures in one process): the Flower deployment
+# tests wait on Flower most of their 3 minutes, so the other worker runs the rest meanwhile
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # the quick loop while developing: no browser, no notebooks, nothing marked slow (a few minutes on 2 cores)
 test-fast: $(STAMP)
