@@ -196,6 +196,8 @@ class WeightLearner:
         # the parameters a step runs through: what decides how its steps are best run over clients
         self.step_params = sum(params[k].numel() for k in
                                ([*self.names, *self.kept] if self.cached else params))
+        # Linear/ReLU blocks below the head: the feature pass makes their calls itself (batched.plain_forward)
+        self.feature_layers = batched.chain(self.model, 0, self.start, logits=False) if self.cached else None
         self.step = make_ala_step(self.model, eta, self.start, loss)
 
     def learn(self, weights: dict, local: dict, glob: dict, x: torch.Tensor, y: torch.Tensor, lengths,
@@ -274,7 +276,7 @@ class WeightLearner:
             gs = [{n: fmt(v) for n, v in glob.items()}] * len(windows)
         pieces = [(gs[c], i, min(i + chunk, e)) for c, (a, e) in enumerate(windows) for i in range(a, e, chunk)]
 
-        layers = None if buffers else batched.chain(self.model, 0, self.start, logits=False)
+        layers = self.feature_layers
 
         def chunk_out(piece, model: nn.Module) -> torch.Tensor:
             g, a, e = piece

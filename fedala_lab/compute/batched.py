@@ -139,24 +139,14 @@ def plain_forward(layers, params: dict, x: torch.Tensor) -> torch.Tensor:
 
 def _forward_saved(layers, params: dict, x: torch.Tensor) -> tuple[torch.Tensor, list]:
     """:func:`forward` through ``layers`` (:func:`chain`), keeping what the backward pass reads: each Linear's
-    input (A, rows, in) and each ReLU's output."""
+    input (A, rows, in), each ReLU's output, each Flatten's input shape."""
     saved = []
     for prefix, m in layers:
-        if isinstance(m, nn.Linear):
-            w, bias = params[prefix + "weight"], params.get(prefix + "bias")
-            flat = x.reshape(x.shape[0], -1, x.shape[-1])
-            saved.append(flat)
-            out = torch.bmm(flat, w.transpose(1, 2)) if bias is None else torch.baddbmm(
-                bias.unsqueeze(1), flat, w.transpose(1, 2))
-            x = out.reshape(*x.shape[:-1], w.shape[1])
-        elif isinstance(m, nn.ReLU):
-            x = torch.relu(x)
-            saved.append(x)
-        elif isinstance(m, nn.Flatten):
-            saved.append(x.shape)
-            x = x.flatten(m.start_dim + 1 if m.start_dim >= 0 else m.start_dim)
-        else:
-            saved.append(None)
+        saved.append(x.reshape(x.shape[0], -1, x.shape[-1]) if isinstance(m, nn.Linear)
+                     else x.shape if isinstance(m, nn.Flatten) else None)
+        x = _run(m, prefix, params, x)
+        if isinstance(m, nn.ReLU):
+            saved[-1] = x
     return x, saved
 
 
