@@ -82,7 +82,7 @@ class PHPTrainer:
         self.lr, self.lam, self.top = lr, lam, top
 
     def train_client(self, carry, shared, x, y, rows, sizes) -> np.ndarray:
-        net, lam, top, lr = self.net, self.lam, self.top, self.lr
+        net, lam, top = self.net, self.lam, self.top
         net.load(carry["params"], carry["buffers"])
         if lam:
             self.private.load(carry["h"], carry["buffers"])
@@ -97,11 +97,7 @@ class PHPTrainer:
             else:  # the term is off: FedAvg's step
                 loss = net.loss(net.cross_entropy, xb, yb, w)
             loss.backward()
-            with torch.no_grad():
-                for p in net.params.values():
-                    if p.grad is not None:
-                        p.sub_(lr * p.grad)
-                        p.grad = None
+            net.step()
             losses[b, 0] = loss.item()
         net.store(carry["params"], carry["buffers"])
         return losses

@@ -64,7 +64,7 @@ class PFedMeTrainer:
         self.lr, self.plr, self.lam, self.k = lr, plr, lam, k
 
     def train_client(self, carry, shared, x, y, rows, sizes) -> np.ndarray:
-        net, plr, pull = self.net, self.plr, self.plr * self.lam
+        net, pull = self.net, self.plr * self.lam
         w = carry["params"]
         net.load(carry["theta"], carry["buffers"])
         net.pull = (pull, w)  # the fused layers: θ + plr·λ·(w − θ) − plr·δᵀx
@@ -76,12 +76,7 @@ class PFedMeTrainer:
                 for i in range(self.k):
                     loss = net.loss(net.cross_entropy, xb, yb, ones)
                     loss.backward()
-                    with torch.no_grad():
-                        for n, p in net.params.items():  # θ − plr·(∇f + λ(θ − w)), as the step's lerp
-                            p.lerp_(w[n], pull)
-                            if p.grad is not None:
-                                p.sub_(plr * p.grad)
-                            p.grad = None
+                    net.step(w, pull)  # θ − plr·(∇f + λ(θ − w)), the pull as a lerp
                     if i == 0:
                         losses[b, 0] = loss.item()
                 with torch.no_grad():

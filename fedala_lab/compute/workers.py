@@ -207,6 +207,18 @@ class InPlaceModel:
         """The model's weighted cross-entropy on a batch (:func:`~fedala_lab.compute.steps.weighted_ce`)."""
         return weighted_ce(self.model(xb), yb, w)
 
+    def step(self, anchors: dict | None = None, frac: float = 0.0) -> None:
+        """After the backward pass, the SGD step of :attr:`params` (those it did not update in place): θ moved
+        the fraction ``frac`` towards ``anchors[n]`` where one is given (a proximal pull, its gradient never
+        written), then θ − lr·∇θ; gradients cleared."""
+        with torch.no_grad():
+            for n, p in self.params.items():
+                if anchors is not None and n in anchors:
+                    p.lerp_(anchors[n], frac)
+                if p.grad is not None:
+                    p.sub_(self.lr * p.grad)
+                p.grad = None
+
     def load(self, params: dict | None, buffers: dict | None = None) -> None:
         """Copy a client's parameters (all, or none: None) and buffers into the model."""
         with torch.no_grad():
@@ -259,20 +271,18 @@ class _Trainer(InPlaceModel):
                     extra = objective.grad(self.trainable, carry, shared) if objective is not None and not \
                         self.pulls else {}
                 loss.backward()
-                with torch.no_grad():
-                    for n, p in self.params.items():
-                        if n in anchors:  # θ + lr·μ·(a − θ) − lr·∇ℓ: the pull's gradient is never written
-                            p.lerp_(anchors[n], frac)
-                            if p.grad is not None:
-                                p.sub_(lr * p.grad)
-                        else:
+                if self.pulls:  # θ + lr·μ·(a − θ) − lr·∇ℓ: the pull's gradient is never written
+                    self.step(anchors, frac)
+                else:
+                    with torch.no_grad():
+                        for n, p in self.params.items():
                             g = p.grad if p.grad is not None else torch.zeros_like(p)
                             if n in extra:
                                 g = g + extra[n]
                             p.sub_(lr * g)  # the loop's p − lr·(∇ℓ + extra), in place
-                        p.grad = None
-                    for n in self.fused & extra.keys():
-                        self.all[n].sub_(lr * extra[n])
+                            p.grad = None
+                        for n in self.fused & extra.keys():
+                            self.all[n].sub_(lr * extra[n])
                 losses[k] = loss.item()
         finally:
             self.pull = None
