@@ -115,3 +115,23 @@ def test_a_damaged_kept_state_is_skipped(ragged, stores):
         longer = _get(cfg.replace(rounds=4), st, ragged)
     assert "branched_from" not in longer.meta and st.has(cfg)  # the run itself is intact
     assert_same_stored_run(longer, _get(cfg.replace(rounds=4), scratch, ragged), st, scratch)
+
+
+def _ala_bases():
+    from fedala_lab.experiments.plans import PAPER_METHODS, with_ala
+
+    pairs = with_ala(PAPER_METHODS)
+    return [(a, b) for a, b in zip(pairs[::2], pairs[1::2]) if a not in ("fedavg", "fedprox")]
+
+
+@pytest.mark.parametrize(("base", "algo"), _ala_bases())
+def test_each_pfl_method_with_ala_branches_from_its_round_1(base, algo, ragged, stores):
+    """X+ALA is X through round 1 for every method of the paper's Table 4 (the mnist-pfl plan keeps X's
+    round 1 so that X+ALA starts there): the branched run equals X+ALA computed from scratch, bit for bit."""
+    st, scratch = stores
+    plain = small_cfg(algo=base, rounds=3, keep_states="1")
+    _get(plain, st, ragged)
+    ala = plain.replace(algo=algo, keep_states="last")
+    run = _get(ala, st, ragged)
+    assert run.meta["branched_from"]["round"] == 1
+    assert_same_stored_run(run, _get(ala, scratch, ragged), st, scratch)

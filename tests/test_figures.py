@@ -527,6 +527,9 @@ def test_plans_name_the_papers_comparison():
     plan = build_plan("mnist-pfl")
     assert plan.settings == ("practical",) and plan.table_algos == PAPER_METHODS and plan.shortened
     assert {c.algo for c in plan.ala_table().configs()} >= {"fedala", "fedrep+ala", "partialfed+ala"}
+    # each method of Table 4 keeps its round 1, where its run with ALA starts (tests/test_branch.py); no other
+    kept = {c.algo for c in map(plan.recorded, plan.table("practical").configs()) if c.keep_states == "1"}
+    assert kept == set(with_ala(PAPER_METHODS)[::2]) and "apple" not in kept and "fedala" not in kept
     # its README describes what it runs, and nothing it does not draw (it has no Fig. 4, 5 nor ablations)
     from fedala_lab.reproduce.driver import describe_plan
 
