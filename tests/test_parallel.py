@@ -1,6 +1,12 @@
 """Forward passes over threads (compute/parallel.py): evaluation and ALA's feature pass give the same
-numbers, bit for bit, in one thread or several."""
+numbers, bit for bit, in one thread or several. And the allocator setting that keeps freed memory for the next
+step (compute/device.py) changes where memory comes from, not the numbers."""
 
+import json
+import os
+import platform
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -95,3 +101,33 @@ def test_loss_surface_is_the_same_in_one_thread_or_three(monkeypatch):
     monkeypatch.setenv(ENV_WORKERS, "3")
     np.testing.assert_array_equal(loss.surface(anchor, basis, xs, ys), one)
     assert one.shape == (4, 5) and np.isfinite(one).all()
+
+
+_FAULTS = r"""
+import json, resource, torch
+torch.set_num_threads(1)
+import fedala_lab as fl
+from fedala_lab.compute.device import keep_freed_memory
+cfg = fl.preset("teach", algo="fedala", rounds=3)
+fl.simulate(cfg, progress=False)  # imports and first allocations
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+run = fl.simulate(cfg.replace(rounds=6), progress=False)
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+print(json.dumps({"kept": keep_freed_memory(), "faults": faults, "acc": run.final_acc}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc", reason="glibc only")
+def test_freed_memory_is_kept_for_the_next_step_unless_glibc_is_told_otherwise():
+    """A run keeps the memory its steps free (compute/device.py keep_freed_memory): a fresh process's teach run
+    faults in far fewer new pages than with glibc's own thresholds, which a MALLOC_* variable in the
+    environment chooses instead; the results are the same."""
+    def child(**env):
+        out = subprocess.run([sys.executable, "-c", _FAULTS], capture_output=True, text=True, check=True,
+                             env={**os.environ, **env}, timeout=300)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    kept, glibc = child(), child(MALLOC_TRIM_THRESHOLD_=str(128 << 10))
+    assert kept["kept"] and not glibc["kept"]
+    assert kept["faults"] * 5 < glibc["faults"], (kept, glibc)
+    assert kept["acc"] == glibc["acc"]

@@ -75,6 +75,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from ..errors import ConfigError
 from .backends import BatchPlan, LoopBackend, client_steps, layout, write_back
+from .device import keep_freed_memory
 from .parallel import default_workers, main_not_rerun
 from .steps import SGD, Recipe, weighted_ce
 
@@ -352,6 +353,7 @@ def _worker_main(conn) -> None:
     """A worker: set up sessions, train the clients it is sent, until None or its pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it closes the pool
     torch.set_num_threads(1)  # docs/design.md#performance: one thread per process
+    keep_freed_memory()  # compute/device.py: a step's tensors reuse the last step's pages
     sessions: dict = {}  # token → _Session, oldest first
     while True:
         try:

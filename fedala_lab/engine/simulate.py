@@ -41,7 +41,7 @@ from torch import nn
 from ..algorithms.base import Round, Setup, resolve_backend, state_from_dict, state_to_dict
 from ..compute import rng
 from ..compute.backends import make_backend
-from ..compute.device import cpu_threads, environment, resolve_device
+from ..compute.device import cpu_threads, environment, keep_freed_memory, resolve_device
 from ..compute.workers import WorkerBackend, WorkerPool, worker_count
 from ..config import DataConfig, RunConfig
 from ..data.federated import FederatedData
@@ -96,6 +96,7 @@ class Simulation:
         cfg = bind(cfg, data, model).check()
         self.cfg = cfg
         self.device = resolve_device(cfg.device)
+        keep_freed_memory()  # compute/device.py: each step's tensors reuse the last step's pages
         self.data = (data or FederatedData.from_config(cfg.data, self.device)).to(self.device)
         if self.data.num_clients != cfg.data.num_clients:
             raise ConfigError("num_clients", cfg.data.num_clients,
