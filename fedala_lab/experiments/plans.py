@@ -382,8 +382,9 @@ class Plan:
         return SweepSpec(base, grid, name=f"{self.name}-{param}-ablation")
 
 
-# The MNIST plan's rounds and the pFL comparison's: what a 2-core CPU affords for every figure of the plan
-# (docs/reproduction.md#the-plans-budget).
+# The MNIST plan's rounds (what a 2-core CPU affords in an hour for every figure of the plan) and the pFL
+# comparison's (the shortest horizon at which it says something: ≈ 2 hours of such a CPU, which its
+# arithmetic floors do not let fit in 90 minutes): docs/reproduction.md#the-plans-budget.
 MNIST_ROUNDS = 15
 MNIST_PFL_ROUNDS = 10
 
