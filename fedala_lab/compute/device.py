@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import subprocess
@@ -58,21 +59,15 @@ class cpu_threads:
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _MMAP_THRESHOLD, _TRIM_THRESHOLD = 32 << 20, 64 << 20
 _MALLOC_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
-_KEPT: list[bool] = []
 
 
+@functools.cache
 def keep_freed_memory() -> bool:
     """Have this process's allocator keep freed memory for reuse instead of handing it back (see above), once;
     whether that is in effect. Results do not change (only where memory comes from); glibc on Linux only, and
     left alone when glibc's own malloc settings are in the environment (``MALLOC_TRIM_THRESHOLD_``,
     ``MALLOC_MMAP_THRESHOLD_``…, or ``GLIBC_TUNABLES`` naming ``glibc.malloc``): set one of them to choose
     otherwise."""
-    if not _KEPT:
-        _KEPT.append(_set_thresholds())
-    return _KEPT[0]
-
-
-def _set_thresholds() -> bool:
     if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
         return False
     if any(v in os.environ for v in _MALLOC_VARIABLES) or "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", ""):
