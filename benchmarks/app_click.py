@@ -239,7 +239,8 @@ def main(argv=None) -> int:
         (
             f"{dt.date.today().isoformat()} · {platform.platform()} · {os.cpu_count()} CPUs · torch "
             f"{torch.__version__} · gradio {gradio.__version__} · app `--concurrency "
-            f"{args.concurrency}`, one torch thread per simulation · load average {load0[0]:.2f} at the "
+            f"{args.concurrency}` `--processes {args.processes or 'auto'}`, one torch thread per simulation · "
+            f"load average {load0[0]:.2f} at the "
             f"start, {load1[0]:.2f} at the end (other jobs shared the machine)."
         ),
         "",
@@ -247,8 +248,8 @@ def main(argv=None) -> int:
             f"{', '.join(labels)} ({'the page' if algos == DEFAULT_ALGOS else 'not the page'}'s default ticks) with its defaults (the embedded MNIST subset, 20 clients, Dir(0.1), MLP, lr 0.1, "
             "50 rounds), through gradio_client against `python app.py` on localhost. Wall: from the request "
             "to the answer (figures and table included), at this load. Server CPU: user + system seconds "
-            "the app's process spent on it — about the wall time on an idle machine, as a simulation uses "
-            "one thread."
+            "the app's process and its worker processes spent on it — what the click costs whatever the load "
+            "(the wall time can be less: the workers compute a click's runs side by side)."
         ),
         "",
         "| measurement | wall s | server CPU s |",
