@@ -50,7 +50,7 @@ from ..algorithms.plugins import check_importable, load_plugins, plugin_modules
 from ..algorithms.registry import specs
 from ..compute.parallel import available_cpus, main_not_rerun
 from ..config import RunConfig
-from ..errors import ConfigError, FedalaError, SweepFailed, TrainingDiverged
+from ..errors import ConfigError, FedalaError, RunCancelled, SweepFailed, TrainingDiverged
 from ..record.run import run_row
 from ..record.store import open_store
 from .plans import SEED_AXES, SweepSpec
@@ -70,18 +70,20 @@ def _set_threads(threads: int | None) -> None:
 
 def _work(cfg_dict: dict, store_root: str | None, force: bool, threads: int | None,
           rounds_queue=None, train_workers: int | None = None, trackers=(), plugins=(),
-          expect: str | None = None) -> dict | object:
+          expect: str | None = None, stop=None) -> dict | object:
     """Run one config in a worker (process pool or Ray task).
 
     With ``store_root`` the run goes through :func:`get_or_run` there (checkpoints, resume, atomic
     folder) and a small status dict comes back; without, the :class:`Run` itself is returned.
-    ``rounds_queue`` (pool only) receives (key, round) after every round, for the progress bar.
+    ``rounds_queue`` (pool only) receives (key, round, accuracy) after every round, for the progress bar.
     ``train_workers``: processes per run for local training on a CPU (the "workers" backend): a pool of
     n runs at once gives each cores ÷ n, so that runs and their training processes fit the cores.
     ``trackers`` log the run as it goes (with ``store_root`` only; the sweep logs the others afterwards).
     ``plugins``: (module, folder) pairs to import first (:func:`~fedala_lab.algorithms.plugins.plugin_modules`:
     the caller's registered algorithms). ``expect``: the run key the caller computed; a worker whose code
     gives another (fedala_lab or a plugin edited while the sweep runs) computes nothing and says so.
+    ``stop`` (an event, experiments/pool.py): once set, the run stops after its current round (its checkpoint
+    kept) and comes back as {"status": "stopped", "run": what it recorded}; set before it starts, nothing runs.
     """
     _set_threads(threads)
     try:
@@ -97,9 +99,13 @@ def _work(cfg_dict: dict, store_root: str | None, force: bool, threads: int | No
             "computed: run the sweep again")}
 
     def report(sim, row):
-        rounds_queue.put((key, int(row["round"])))
+        if rounds_queue is not None:
+            rounds_queue.put((key, int(row["round"]), float(row["acc"])))
+        return stop is None or not stop.is_set()
 
-    callback = report if rounds_queue is not None else None
+    callback = report if rounds_queue is not None or stop is not None else None
+    if stop is not None and stop.is_set():
+        return {"key": key, "status": "not started", "message": ""}
     try:
         if store_root is None:
             from ..engine.simulate import simulate
@@ -112,6 +118,8 @@ def _work(cfg_dict: dict, store_root: str | None, force: bool, threads: int | No
                          trackers=trackers)
     except TrainingDiverged as err:  # saved with status "diverged"; the sweep goes on
         return {"key": key, "status": "diverged", "message": str(err)}
+    except RunCancelled as err:  # its checkpoint is kept: asking again resumes it
+        return {"key": key, "status": "stopped", "message": str(err), "run": err.run}
     except Exception as err:  # noqa: BLE001 - its message comes back as text, whatever it is (and pickles)
         return {"key": key, "status": "failed", "message": failure(err)}
     return {"key": key, "status": run.status, "message": ""}
@@ -337,7 +345,7 @@ def _run_pool(todo, root, force, threads, n, bar, failed, trackers) -> None:
             finished, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
             with contextlib.suppress(queue_mod.Empty, OSError, EOFError):
                 while True:
-                    k, t = rounds.get_nowait()
+                    k, t, _ = rounds.get_nowait()
                     in_flight[k] = t
             for fut in finished:
                 cfg = futures[fut]

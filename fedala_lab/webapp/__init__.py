@@ -22,14 +22,15 @@ from .env import default_store_root, offline_env
 
 offline_env()  # before any module of the app imports gradio: it reads these at import time
 
-__all__ = ["add_arguments", "cmd_app", "default_store_root", "launch", "main", "offline_env"]
+__all__ = ["add_arguments", "app_processes", "cmd_app", "default_store_root", "launch", "main", "offline_env"]
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7860
-# Simulations run in the server's worker threads, one at a time by default; more clicks wait in the queue.
-# Why one: on a laptop CPU a second thread gains little — two teach FedALA runs took 5.7–6.3 s in two
-# threads vs 6.3–6.7 s one after the other (loaded 2-core machine), as small models are bound by Python's
-# per-step overhead. `--concurrency 2` is safe (model construction is serialised in models.build_model).
+# Clicks are served one at a time by default; more clicks wait in the queue. A click's runs are computed side
+# by side in worker processes (--processes, experiments/pool.py), not threads: on a laptop CPU a second thread
+# gains little — two teach FedALA runs took 5.7–6.3 s in two threads vs 6.3–6.7 s one after the other (loaded
+# 2-core machine), as small models are bound by Python's per-step overhead. `--concurrency 2` is safe (model
+# construction is serialised in models.build_model).
 DEFAULT_CONCURRENCY = 1
 
 
@@ -55,12 +56,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--concurrency",
         type=int,
         default=DEFAULT_CONCURRENCY,
-        help=f"simulations running at once; further clicks wait in the queue (default {DEFAULT_CONCURRENCY})",
+        help=f"clicks served at once; further clicks wait in the queue (default {DEFAULT_CONCURRENCY})",
+    )
+    p.add_argument(
+        "--processes",
+        default="auto",
+        help="processes computing a click's runs side by side (default auto: one per CPU core, at most 4, "
+        "or 1 with a GPU; 1: all in the app's own process)",
     )
 
 
 def cmd_app(args) -> int:
-    launch(host=args.host, port=args.port, share=args.share, store=args.store, concurrency=args.concurrency)
+    launch(host=args.host, port=args.port, share=args.share, store=args.store, concurrency=args.concurrency,
+           processes=args.processes)
     return 0
 
 
@@ -71,16 +79,19 @@ def launch(
     share: bool = False,
     store=None,
     concurrency: int = DEFAULT_CONCURRENCY,
+    processes: int | str = "auto",
     prevent_thread_lock: bool = False,
     quiet: bool = False,
 ):
-    """Build the app and serve it (blocks until Ctrl-C unless ``prevent_thread_lock``)."""
+    """Build the app and serve it (blocks until Ctrl-C unless ``prevent_thread_lock``). ``processes``: how many
+    processes compute a click's runs side by side ("auto": :func:`app_processes`; 1: in this process)."""
     from ..errors import ConfigError
 
     if not 1 <= port <= 65535:
         raise ConfigError("port", port, "an integer from 1 to 65535")
     if concurrency < 1:
         raise ConfigError("concurrency", concurrency, "an integer >= 1")
+    processes = app_processes(processes)
     check_environment()
     _check_free(host, port)  # before building the page and warming up: seconds a taken port would waste
     import torch
@@ -91,7 +102,7 @@ def launch(
     torch.set_num_threads(1)
     from .ui import build_app, launch_kwargs, warm_up
 
-    demo = build_app(store=store, concurrency=concurrency)
+    demo = build_app(store=store, concurrency=concurrency, processes=processes)
     # Before serving: partition the default data and trace the engine's first steps, so the lecturer's
     # first click does not pay for them (≈ 3 s on a laptop CPU). Nothing is stored. Not in a background
     # thread: it would build a model while a first click may build another (see DEFAULT_CONCURRENCY).
@@ -108,6 +119,27 @@ def launch(
     except OSError as err:  # taken between the check and now
         raise ConfigError("port", port, f"a free port ({' '.join(str(err).split())[:200]})") from None
     return demo
+
+
+def app_processes(value) -> int:
+    """The ``processes`` setting as a number: a whole number >= 1, or "auto" (one per CPU core this process may
+    use, at most 4; 1 where a GPU is present: its runs are the GPU's, not the cores'). Anything else is a
+    ConfigError naming the setting."""
+    from ..errors import ConfigError
+
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        import torch
+
+        from ..experiments.pool import default_processes
+
+        return 1 if torch.cuda.is_available() else default_processes()
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        n = 0
+    if isinstance(value, bool) or n < 1 or str(n) != str(value).strip():
+        raise ConfigError("processes", value, "a whole number >= 1, or auto")
+    return n
 
 
 def _check_free(host: str, port: int) -> None:

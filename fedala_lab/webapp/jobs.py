@@ -30,6 +30,7 @@ import gradio as gr
 
 from ..config import algo_label
 from ..errors import FedalaError, FilesMissing, RunCancelled, SplitFailed
+from ..experiments.pool import RunPool
 from ..experiments.runs import RunCache
 from ..record.run import Run
 from ..record.store import RunStore
@@ -224,10 +225,12 @@ class Fetched:
 class Jobs:
     """The handlers' common ground, bound to one run store: Stop and getting runs."""
 
-    def __init__(self, store=None):
+    def __init__(self, store=None, processes: int = 1):
         self.store = (
             store if isinstance(store, RunStore) else RunStore(store if store is not None else default_store_root())
         )
+        # processes > 1: a click's runs are computed side by side in that many processes (experiments/pool.py)
+        self.pool = RunPool(processes, self.store.root) if processes > 1 else None
         self.stops = Stops()
         self._refused: dict[tuple, tuple] = {}  # (session, handler) → (values, when): see once()
         self._refused_lock = threading.Lock()
@@ -274,11 +277,15 @@ class Jobs:
 
         return stop
 
-    def fetch(self, job: Job, cfgs, get, labels=None) -> Fetched:
+    def fetch(self, job: Job, cfgs, get, labels=None, *, side_by_side: bool = False) -> Fetched:
         """The runs of ``cfgs`` as ``get(store, callback)`` returns them, where ``get`` is a library call
         that takes a store and the engine's per-round callback (e.g. ``get_or_run`` over the configs,
         ``fig4_runs``): from the app's store, else simulated with every round on the progress bar
         (labelled ``labels[i]``, default the algorithm) and with Stop.
+
+        ``side_by_side``: ``get`` returns exactly the stored runs of ``cfgs`` (``get_or_run`` of each), so the
+        ones the store lacks may be computed first in the app's processes (:attr:`pool`), several at once;
+        ``get`` then finds them stored.
         """
         cfgs = list(cfgs)
         # before any work: a split that cannot serve N is refused at once, not after 100,000 draws (data that
@@ -310,18 +317,57 @@ class Jobs:
 
         job.progress((0, total), desc="looking in the run store", unit="rounds")
         cache = RunCache(self.store)  # counts the runs handed out: the finished ones, should Stop come
+        if side_by_side and self.pool is not None:
+            stopped = self._side_by_side(job, cfgs, places, total, computed)
+            if stopped is not None:  # the runs that finished, in the order asked, and the first one stopped
+                runs = [r for r in (self.store.find(c) for c in cfgs) if r is not None]
+                return Fetched(runs, [r.config.key() not in computed for r in runs], stopped,
+                               stopped_status(stopped, runs, places, len(cfgs)))
         try:
             runs = list(get(cache, callback))
             stopped, status = None, ""
         except RunCancelled as err:
             runs, stopped = list(cache.used), err.run
-            k, n = stopped.summary()["rounds"], stopped.config.rounds
-            which = f"{places.get(stopped.config.key(), ('',))[0]}; " if len(cfgs) > 1 else ""
-            status = f"Stopped after round {k} of {n} ({which}checkpoint kept: Run again resumes)."
-            if len(cfgs) > 1:
-                status += (f" {len(runs)} of {len(cfgs)} runs finished before it and are kept in the run store."
-                           if runs else " No run of this job had finished before it.")
+            status = stopped_status(stopped, runs, places, len(cfgs))
         return Fetched(runs, [r.config.key() not in computed for r in runs], stopped, status)
+
+    def _side_by_side(self, job: Job, cfgs, places: dict, total: int, computed: set) -> Run | None:
+        """Compute the runs of ``cfgs`` the store lacks in :attr:`pool`'s processes, every round on the progress
+        bar; returns the first one (in ``cfgs``' order) that Stop interrupted, else None. A run that failed or
+        diverged there is left to ``get``, which computes or reads it again here and reports it as usual."""
+        todo = list({c.key(): c for c in cfgs if c.device != "cuda" and not c.device.startswith("cuda:")
+                     and self.store.find(c) is None}.values())
+        if len(todo) < 2:  # one run gains nothing from another process
+            return None
+        done: dict[str, int] = {}
+        accs: dict[str, float] = {}
+
+        def on_round(key, t, acc):
+            computed.add(key)
+            done[key], accs[key] = t, acc
+            parts = []
+            for k, r in done.items():
+                name, _, n = places.get(k, ("run", 0, 0))
+                part = f"{name}: round {r}/{n}"
+                if not math.isnan(accs[k]):
+                    part += f" · accuracy {100 * accs[k]:.1f} %"
+                parts.append(part)
+            job.progress((sum(done.values()), total), desc=" | ".join(parts), unit="rounds")
+
+        results = self.pool.compute(todo, stop=job.stop, on_round=on_round)
+        stopped = [results[c.key()]["run"] for c in todo if results.get(c.key(), {}).get("status") == "stopped"]
+        return stopped[0] if stopped else None
+
+
+def stopped_status(stopped: Run, runs: list, places: dict, asked: int) -> str:
+    """The status line of a job that Stop interrupted: where ``stopped`` stopped, and what was kept."""
+    k, n = stopped.summary()["rounds"], stopped.config.rounds
+    which = f"{places.get(stopped.config.key(), ('',))[0]}; " if asked > 1 else ""
+    status = f"Stopped after round {k} of {n} ({which}checkpoint kept: Run again resumes)."
+    if asked > 1:
+        status += (f" {len(runs)} of {asked} runs finished before it and are kept in the run store."
+                   if runs else " No run of this job had finished before it.")
+    return status
 
 
 def finished_status(got: Fetched, seconds: float, what: str = "run(s)") -> str:

@@ -51,9 +51,12 @@ class LectureApp(Jobs):
     runs = runs_tab.runs
 
 
-def build_app(store=None, concurrency: int = 1) -> gr.Blocks:
-    """The Blocks page. ``concurrency`` simulations run at once (shared by every tab); more clicks queue."""
-    app = LectureApp(store)
+def build_app(store=None, concurrency: int = 1, processes: int = 1) -> gr.Blocks:
+    """The Blocks page. ``concurrency`` jobs run at once (shared by every tab); more clicks queue. ``processes``
+    > 1: a job's runs are computed side by side in that many processes, started (and warmed) here."""
+    app = LectureApp(store, processes)
+    if app.pool is not None:
+        app.pool.start([make_config(algo=a, rounds=2) for a in ("fedavg", "fedala")])
     settings = Settings()
     with gr.Blocks(title="fedala_lab: personalised federated learning", analytics_enabled=False) as demo:
         demo.lecture_app = app  # tests reach the handlers (and the store) through the page

@@ -57,7 +57,7 @@ def ablation(app, param, values, seeds, settings, job):
     tic = time.perf_counter()
     got = app.fetch(job, cfgs, lambda store, callback: [get_or_run(c, store, progress=False, callback=callback)
                                                         for c in cfgs],
-                    labels=[f"FedALA {param}={getattr(c, param):g}, seed {c.seed}" for c in cfgs])
+                    labels=[f"FedALA {param}={getattr(c, param):g}, seed {c.seed}" for c in cfgs], side_by_side=True)
     done = _whole_values(got.runs, param, seeds)
     if not done:  # no value finished with all its seeds: what the page shows stays
         return gr.skip(), gr.skip(), gr.skip(), got.status + " No value had finished all its seeds: nothing drawn."

@@ -87,7 +87,8 @@ def ladder(app, seeds, settings, job):
     tic = time.perf_counter()
     got = app.fetch(job, flat, lambda store, callback: [get_or_run(c, store, progress=False, callback=callback)
                                                         for c in flat],
-                    labels=[f"FedAvg {label}, seed {c.seed}" for label, cs in cfgs.items() for c in cs])
+                    labels=[f"FedAvg {label}, seed {c.seed}" for label, cs in cfgs.items() for c in cs],
+                    side_by_side=True)
     if got.status:  # stopped: a ladder needs every split
         return gr.skip(), gr.skip(), got.status + " The ladder is drawn once every split has its runs."
     runs = iter(got.runs)

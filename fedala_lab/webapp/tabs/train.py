@@ -40,7 +40,7 @@ def train(app, algos, settings, job):
     cfgs = [make_config(algo=a, **settings) for a in _algos(algos)]  # all validated before any work
     tic = time.perf_counter()
     got = app.fetch(job, cfgs, lambda store, callback: [get_or_run(c, store, progress=False, callback=callback)
-                                                        for c in cfgs])
+                                                        for c in cfgs], side_by_side=True)
     runs = got.shown
     if not runs:  # stopped before a single round: what the page shows stays
         return *[gr.skip()] * 6, got.status
