@@ -70,10 +70,15 @@ def test_stop_side_by_side_keeps_checkpoints_and_run_again_resumes(apps):
             answers.append(threading.Thread(target=lambda: answers.append(side.stop(request))))
             answers[0].start()
 
-    *_, status = side.train(["fedavg", "fedala"], **settings, request=request, progress=Progress(stop_at_once))
+    *_, table, status = side.train(["fedavg", "fedala"], **settings, request=request,
+                                   progress=Progress(stop_at_once))
     answers[0].join(timeout=60)
-    assert re.match(r"Stopped after round \d+ of 120 \(FedAvg \(1/2\); checkpoint kept: Run again resumes\)\.",
-                    status), status
+    # both ran at once and both stopped: the line names each, the page shows both runs' rounds so far
+    m = re.fullmatch(r"Stopped after round (\d+) of 120 \(FedAvg \(1/2\); checkpoint kept: Run again resumes\)\. "
+                     r"No run of this job had finished before it\. FedALA \(2/2\) stopped too, after round (\d+) "
+                     r"\(its checkpoint kept\)\.", status)
+    assert m, status
+    assert list(table["status"]) == [f"stopped at round {m[1]}", f"stopped at round {m[2]}"]
     assert answers[1] == status  # Stop answers with the job's own line
     # Run again resumes both from their checkpoints: the same runs as computed without a stop
     rec = Progress()

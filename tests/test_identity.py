@@ -184,14 +184,14 @@ def test_an_edited_install_has_another_package_fingerprint(tmp_path):
 def test_a_sweep_worker_with_other_code_computes_nothing_and_says_so(tmp_path):
     """A worker process keys the run with its own code; when that is not the caller's (fedala_lab edited while
     a sweep runs), it refuses instead of storing the run under a key the caller never asks for."""
-    from fedala_lab.experiments.sweeps import _work
+    from fedala_lab.experiments.sweeps import run_in_worker
 
     cfg = _tiny(algo="fedavg")
-    out = _work(cfg.to_dict(), str(tmp_path), False, 1, expect="0" * 12)
+    out = run_in_worker(cfg.to_dict(), str(tmp_path), False, 1, expect="0" * 12)
     assert out["status"] == "failed" and out["key"] == "0" * 12
     assert out["message"].startswith("this worker's code is not the caller's") and "run the sweep again" in out["message"]
     assert not any(p for p in tmp_path.iterdir() if not p.name.startswith("."))  # nothing stored
-    assert _work(cfg.to_dict(), str(tmp_path), False, 1, expect=cfg.key())["status"] == "complete"
+    assert run_in_worker(cfg.to_dict(), str(tmp_path), False, 1, expect=cfg.key())["status"] == "complete"
 
 
 def test_one_call_hashes_its_data_and_model_once_and_the_next_call_again(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ the time of the longest pair instead of the sum (docs/design.md#performance). St
 the first click, and kept.
 
 Each run goes through :func:`~fedala_lab.experiments.runs.get_or_run` into the caller's run store, exactly as a
-sweep's worker does (:func:`~fedala_lab.experiments.sweeps._work`): the store's lock, checkpoints, a run folder
+sweep's worker does (:func:`~fedala_lab.experiments.sweeps.run_in_worker`): the store's lock, checkpoints, a run folder
 written under a temporary name and renamed. Every process runs one torch thread, as the caller's simulations do
 on a CPU, so a run computed here is the run computed in the caller's process, bit for bit (tested).
 
@@ -33,7 +33,7 @@ from ..algorithms.plugins import plugin_modules
 from ..algorithms.registry import specs
 from ..compute.parallel import available_cpus, main_not_rerun
 from ..config import RunConfig
-from .sweeps import _work, failure
+from .sweeps import failure, run_in_worker
 
 # How long a warming process waits for the others to take their own warm-up (so that each process takes one).
 WARM_WAIT_S = 60.0
@@ -63,7 +63,7 @@ def _init(parent: int, rounds, flags, barrier) -> None:
 @dataclass(frozen=True)
 class _Call:
     """One :meth:`RunPool.compute` call as its runs see it: ``put`` reports a round, ``is_set`` reads its stop
-    flag (what :func:`~fedala_lab.experiments.sweeps._work` takes as its queue and its stop event)."""
+    flag (what :func:`~fedala_lab.experiments.sweeps.run_in_worker` takes as its queue and its stop event)."""
 
     slot: int
 
@@ -75,7 +75,7 @@ class _Call:
 
 
 def _run(call: _Call, *args) -> dict:
-    return _work(*args[:4], call, *args[4:], stop=call)
+    return run_in_worker(*args[:4], call, *args[4:], stop=call)
 
 
 def _warm(cfg_dicts: list[dict]) -> None:
@@ -136,7 +136,7 @@ class RunPool:
         caller's thread, for every round a process finishes; once ``stop`` is set, running runs stop after
         their current round (their checkpoints kept) and waiting ones do not start.
 
-        Returns, by config key, what :func:`~fedala_lab.experiments.sweeps._work` returned: ``status``
+        Returns, by config key, what :func:`~fedala_lab.experiments.sweeps.run_in_worker` returned: ``status``
         ("complete", "diverged", "failed" with its ``message``, "stopped" with ``run``: what it recorded, or
         "not started"). A process that died fails its runs ("failed"); the pool is then rebuilt at the next call.
         """

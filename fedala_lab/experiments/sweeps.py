@@ -68,7 +68,7 @@ def _set_threads(threads: int | None) -> None:
         torch.set_num_threads(int(threads))
 
 
-def _work(cfg_dict: dict, store_root: str | None, force: bool, threads: int | None,
+def run_in_worker(cfg_dict: dict, store_root: str | None, force: bool, threads: int | None,
           rounds_queue=None, train_workers: int | None = None, trackers=(), plugins=(),
           expect: str | None = None, stop=None) -> dict | object:
     """Run one config in a worker (process pool or Ray task).
@@ -326,7 +326,7 @@ def _run_pool(todo, root, force, threads, n, bar, failed, trackers) -> None:
 
     # spawn, not fork: a forked copy of a process that already runs torch threads can deadlock
     ctx = mp.get_context("spawn")
-    # no initializer: _work sets each task's threads before any torch work
+    # no initializer: run_in_worker sets each task's threads before any torch work
     with contextlib.ExitStack() as stack:
         # the manager's and the pool's processes start here (a spawn pool starts one per submit, up to n):
         # none re-runs the caller's script, so a script without a __main__ guard works too
@@ -336,8 +336,8 @@ def _run_pool(todo, root, force, threads, n, bar, failed, trackers) -> None:
             rounds = manager.Queue()  # workers report each finished round; the bar shows the runs in flight
             per_run = max(1, machine_cpus() // n)  # training processes per run (compute/workers.py)
             plugins = plugin_modules(specs())
-            futures = {pool.submit(_work, c.to_dict(), root, force, threads, rounds, per_run, trackers, plugins,
-                                   c.key()): c for c in todo}
+            futures = {pool.submit(run_in_worker, c.to_dict(), root, force, threads, rounds, per_run, trackers,
+                                   plugins, c.key()): c for c in todo}
         by_key = {c.key(): c for c in todo}
         in_flight: dict[str, int] = {}
         pending = set(futures)
@@ -435,7 +435,7 @@ def _run_ray(todo, root, force, threads, gpus, workers, address, shared, store, 
         have = ray.cluster_resources().get("GPU", 0)
         if gpus > have:  # a task asking for more would wait forever
             raise ConfigError("gpus_per_run", gpus, f"at most the {have:g} GPU(s) of the Ray cluster")
-        task = ray.remote(num_cpus=threads or 1, num_gpus=gpus, max_retries=0)(_work)
+        task = ray.remote(num_cpus=threads or 1, num_gpus=gpus, max_retries=0)(run_in_worker)
         plugins = plugin_modules(specs())
         refs = {task.remote(c.to_dict(), root if shared else None, force, threads, None, None, trackers, plugins,
                             c.key()): c for c in todo}

@@ -209,17 +209,19 @@ class Stops:
 @dataclass
 class Fetched:
     """What :meth:`Jobs.fetch` got: the finished runs in the order asked, whether each came from the
-    store, and, if Stop interrupted one, what that one recorded (``stopped``) and the status line."""
+    store, and, if Stop interrupted one, what that one recorded (``stopped``) and the status line; runs computed
+    side by side may stop together: the others that Stop interrupted are ``stopped_too``."""
 
     runs: list[Run]
     cached: list[bool]
     stopped: Run | None = None
     status: str = ""
+    stopped_too: list[Run] = field(default_factory=list)
 
     @property
     def shown(self) -> list[Run]:
-        """The runs to draw: the finished ones and the stopped one's rounds so far."""
-        return self.runs + ([self.stopped] if self.stopped is not None else [])
+        """The runs to draw: the finished ones and the stopped ones' rounds so far."""
+        return self.runs + ([self.stopped] if self.stopped is not None else []) + self.stopped_too
 
 
 class Jobs:
@@ -319,10 +321,13 @@ class Jobs:
         cache = RunCache(self.store)  # counts the runs handed out: the finished ones, should Stop come
         if side_by_side and self.pool is not None:
             stopped = self._side_by_side(job, cfgs, places, total, computed)
-            if stopped is not None:  # the runs that finished, in the order asked, and the first one stopped
+            if stopped:  # the runs that finished, in the order asked, and those stopped
                 runs = [r for r in (self.store.find(c) for c in cfgs) if r is not None]
-                return Fetched(runs, [r.config.key() not in computed for r in runs], stopped,
-                               stopped_status(stopped, runs, places, len(cfgs)))
+                status = stopped_status(stopped[0], runs, places, len(cfgs))
+                for r in stopped[1:]:
+                    status += (f" {places.get(r.config.key(), ('run',))[0]} stopped too, after round "
+                               f"{r.summary()['rounds']} (its checkpoint kept).")
+                return Fetched(runs, [r.config.key() not in computed for r in runs], stopped[0], status, stopped[1:])
         try:
             runs = list(get(cache, callback))
             stopped, status = None, ""
@@ -331,14 +336,14 @@ class Jobs:
             status = stopped_status(stopped, runs, places, len(cfgs))
         return Fetched(runs, [r.config.key() not in computed for r in runs], stopped, status)
 
-    def _side_by_side(self, job: Job, cfgs, places: dict, total: int, computed: set) -> Run | None:
+    def _side_by_side(self, job: Job, cfgs, places: dict, total: int, computed: set) -> list[Run]:
         """Compute the runs of ``cfgs`` the store lacks in :attr:`pool`'s processes, every round on the progress
-        bar; returns the first one (in ``cfgs``' order) that Stop interrupted, else None. A run that failed or
+        bar; returns those that Stop interrupted (what they recorded), in ``cfgs``' order. A run that failed or
         diverged there is left to ``get``, which computes or reads it again here and reports it as usual."""
         todo = list({c.key(): c for c in cfgs if c.device != "cuda" and not c.device.startswith("cuda:")
                      and self.store.find(c) is None}.values())
         if len(todo) < 2:  # one run gains nothing from another process
-            return None
+            return []
         done: dict[str, int] = {}
         accs: dict[str, float] = {}
 
@@ -355,8 +360,7 @@ class Jobs:
             job.progress((sum(done.values()), total), desc=" | ".join(parts), unit="rounds")
 
         results = self.pool.compute(todo, stop=job.stop, on_round=on_round)
-        stopped = [results[c.key()]["run"] for c in todo if results.get(c.key(), {}).get("status") == "stopped"]
-        return stopped[0] if stopped else None
+        return [results[c.key()]["run"] for c in todo if results.get(c.key(), {}).get("status") == "stopped"]
 
 
 def stopped_status(stopped: Run, runs: list, places: dict, asked: int) -> str:
