@@ -7,9 +7,9 @@ the time of the longest pair instead of the sum (docs/design.md#performance). St
 (importing torch), so the processes are spawned once, warmed (imports, data, the engine's first steps) before
 the first click, and kept.
 
-Each run goes through :func:`~fedala_lab.experiments.runs.get_or_run` into the caller's run store, exactly as a
-sweep's worker does (:func:`~fedala_lab.experiments.sweeps.run_in_worker`): the store's lock, checkpoints, a run folder
-written under a temporary name and renamed. Every process runs one torch thread, as the caller's simulations do
+Each run goes through :func:`~fedala_lab.experiments.runs.get_or_run` into the caller's run store, exactly as
+a sweep's worker does (:func:`~fedala_lab.experiments.sweeps.run_in_worker`): the store's lock, checkpoints, a
+run folder written under a temporary name and renamed. Every process runs one torch thread, as the caller's simulations do
 on a CPU, so a run computed here is the run computed in the caller's process, bit for bit (tested).
 
     pool = RunPool(2, store_root)
@@ -74,8 +74,11 @@ class _Call:
         return bool(_SHARED["flags"][self.slot])
 
 
-def _run(call: _Call, *args) -> dict:
-    return run_in_worker(*args[:4], call, *args[4:], stop=call)
+def _run(call: _Call, cfg_dict: dict, store_root: str, train_workers: int, plugins, expect: str) -> dict:
+    """In a pool process: one run into the store, one torch thread, its rounds reported and its stop flag read
+    through ``call``."""
+    return run_in_worker(cfg_dict, store_root, False, 1, rounds_queue=call, train_workers=train_workers,
+                         plugins=plugins, expect=expect, stop=call)
 
 
 def _warm(cfg_dicts: list[dict]) -> None:
@@ -150,8 +153,8 @@ class RunPool:
             self._flags[slot], self._inbox[slot] = 0, []
             with main_not_rerun():  # a process that died is replaced at a submit
                 pool = self._ensure()
-                futures = {pool.submit(_run, _Call(slot), c.to_dict(), self.store_root, False, 1, per_run, (),
-                                       plugins, c.key()): c.key() for c in cfgs}
+                futures = {pool.submit(_run, _Call(slot), c.to_dict(), self.store_root, per_run, plugins,
+                                       c.key()): c.key() for c in cfgs}
         results: dict[str, dict] = {}
         pending = set(futures)
 
