@@ -41,6 +41,7 @@ __all__ = [
     "Wrapper",
     "__version__",
     "get_or_run",
+    "get_or_run_many",
     "load_run",
     "preset",
     "register_algorithm",
@@ -57,6 +58,10 @@ def __getattr__(name):  # heavy pieces (torch engine, store) load on first use
         from .experiments.runs import get_or_run
 
         return get_or_run
+    if name == "get_or_run_many":
+        from .experiments.pool import get_or_run_many
+
+        return get_or_run_many
     if name == "load_run":
         from .record.run import load_run
 

@@ -20,6 +20,7 @@ MNIST_PARTITION = "FEDALA_LAB_MNIST_PARTITION"
 SHARED_DATA = "FEDALA_LAB_SHARED_DATA"
 RECORDED = "FEDALA_LAB_RECORDED"
 WORKERS = "FEDALA_LAB_WORKERS"
+PROCESSES = "FEDALA_LAB_PROCESSES"
 FORWARD_THREADS = "FEDALA_LAB_FORWARD_THREADS"
 
 # name -> what the folder is and the default when the variable is unset
@@ -34,6 +35,8 @@ FOLDERS = {
 # name -> what the number counts (a whole number >= 1)
 COUNTS = {
     WORKERS: "worker processes for local training; unset: one per CPU core",
+    PROCESSES: "processes computing several runs side by side (the app's clicks, get_or_run_many); unset: one "
+               "per CPU core, at most 4",
     FORWARD_THREADS: "the most threads for forward passes, 1 turns them off; unset: one per worker",
 }
 

@@ -109,9 +109,12 @@ def test_one_run_or_stored_runs_stay_in_the_apps_process(apps, monkeypatch):
 
 
 @pytest.mark.parametrize("value, expected", [("1", 1), ("3", 3), (2, 2)])
-def test_processes_setting(value, expected):
+def test_processes_setting(value, expected, monkeypatch):
     assert app_processes(value) == expected
+    monkeypatch.delenv("FEDALA_LAB_PROCESSES", raising=False)
     assert 1 <= app_processes("auto") <= 4
+    monkeypatch.setenv("FEDALA_LAB_PROCESSES", "3")  # auto: what the environment says
+    assert app_processes("auto") == 3 and app_processes("2") == 2
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "two", "1.5", "", None, True])
@@ -170,3 +173,23 @@ def test_the_processes_end_with_the_app(tmp_path):
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [p for p in pids if alive(p)]
+
+
+def test_get_or_run_many_side_by_side_equals_one_by_one(tmp_path):
+    """Several runs, the missing ones computed in 2 processes: in the order asked, repeats and stored runs included,
+    each the run get_or_run computes in this process, bit for bit."""
+    from fedala_lab import get_or_run_many
+    from fedala_lab.experiments.runs import get_or_run
+
+    cfgs = [ui.make_config(algo=a, **{**APP_SMALL, "seed": s}) for a in ("fedavg", "fedala") for s in (3, 4)]
+    get_or_run(cfgs[1], tmp_path / "side", progress=False)  # one is stored already
+    got = get_or_run_many([*cfgs, cfgs[0]], tmp_path / "side", processes=2, progress=False)
+    assert [r.config.key() for r in got] == [c.key() for c in [*cfgs, cfgs[0]]]
+    for run, cfg in zip(got, cfgs):
+        same_run(run, get_or_run(cfg, tmp_path / "alone", progress=False))
+    # one process: the same runs, one after the other here
+    again = get_or_run_many(cfgs, tmp_path / "one", processes=1, progress=False)
+    for a, b in zip(again, got):
+        same_run(a, b)
+    with pytest.raises(ConfigError, match="processes"):
+        get_or_run_many(cfgs, tmp_path / "x", processes=0)

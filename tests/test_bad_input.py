@@ -320,6 +320,7 @@ ENVIRONMENT = [
     ("FEDALA_LAB_WORKERS", "x", r"FEDALA_LAB_WORKERS='x' is not allowed: a whole number >= 1 \(worker processes"),
     ("FEDALA_LAB_WORKERS", "0", r"FEDALA_LAB_WORKERS='0' is not allowed"),
     ("FEDALA_LAB_WORKERS", "", r"FEDALA_LAB_WORKERS='' is not allowed"),
+    ("FEDALA_LAB_PROCESSES", "0", r"FEDALA_LAB_PROCESSES='0' is not allowed: a whole number >= 1 \(processes"),
     ("FEDALA_LAB_FORWARD_THREADS", "0", r"FEDALA_LAB_FORWARD_THREADS='0' is not allowed: a whole number >= 1"),
     ("FEDALA_LAB_FORWARD_THREADS", "two", r"FEDALA_LAB_FORWARD_THREADS='two' is not allowed"),
 ]

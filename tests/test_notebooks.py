@@ -172,6 +172,9 @@ def test_executes_headless(path, smoke_store, monkeypatch):
 
     monkeypatch.setenv("FEDALA_LAB_SMOKE", "1")
     monkeypatch.setenv("FEDALA_LAB_RUNS", str(smoke_store))
+    # smoke runs take a fraction of a second: spawning processes for them (get_or_run_many) would cost more
+    # than it saves; tests/test_app_processes.py checks that path
+    monkeypatch.setenv("FEDALA_LAB_PROCESSES", "1")
     monkeypatch.delenv("MPLBACKEND", raising=False)
     nb = _read(path)
     client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",

@@ -33,6 +33,7 @@ from ..algorithms.plugins import plugin_modules
 from ..algorithms.registry import specs
 from ..compute.parallel import available_cpus, main_not_rerun
 from ..config import RunConfig
+from ..environ import PROCESSES, env_count
 from .sweeps import failure, run_in_worker
 
 # How long a warming process waits for the others to take their own warm-up (so that each process takes one).
@@ -206,10 +207,63 @@ class RunPool:
             pool.shutdown(wait=True, cancel_futures=True)
 
 
+def get_or_run_many(cfgs: Iterable[RunConfig], store=None, *, processes: int | str = "auto", progress: bool = True,
+                    desc: str = "runs") -> list:
+    """The finished runs of ``cfgs``, in their order, as :func:`~fedala_lab.experiments.runs.get_or_run` gives each
+    (from ``store``, else computed and saved there), the ones the store lacks computed side by side.
+
+    ``processes``: "auto" (one per CPU core this process may use, at most 4, and 1 with a GPU), or a number; with
+    more than one and at least two runs to compute, they run in that many spawned processes at one torch thread
+    each (bit for bit the runs this process would compute), the processes ended on return. ``progress``: one bar
+    over the rounds of the runs computed. A run that fails or diverges there is asked for again here, which raises
+    its error as :func:`get_or_run` would.
+
+        runs = get_or_run_many([preset("teach", algo=a, seed=s) for a in ("fedavg", "fedala") for s in (0, 1, 2)])
+    """
+    from tqdm.auto import tqdm
+
+    from ..record.store import open_store
+    from .runs import get_or_run
+
+    cfgs = list(cfgs)
+    store = open_store(store)
+    n = processes_setting(processes)
+    todo = list({c.key(): c for c in cfgs if not str(c.device).startswith("cuda")
+                 and store.find(c) is None}.values())
+    if n > 1 and len(todo) > 1:
+        pool = RunPool(min(n, len(todo)), store.root)
+        total = sum(c.rounds for c in todo)
+        with tqdm(total=total, desc=desc, unit="round", disable=not progress, dynamic_ncols=True) as bar:
+            try:
+                pool.compute(todo, on_round=lambda key, t, acc: bar.update(1))
+            finally:
+                pool.close()
+            bar.update(total - bar.n)  # rounds a resumed or branched run did not compute
+    return [get_or_run(c, store, progress=False) for c in cfgs]
+
+
+def processes_setting(value) -> int:
+    """``processes`` as a number (see :func:`get_or_run_many`); anything else is a ConfigError naming it."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        import torch
+
+        return env_count(PROCESSES) or (1 if torch.cuda.is_available() else default_processes())
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        n = 0
+    if isinstance(value, bool) or n < 1 or str(n) != str(value).strip():
+        from ..errors import ConfigError
+
+        raise ConfigError("processes", value, "a whole number >= 1, or auto")
+    return n
+
+
 def default_processes() -> int:
-    """Processes for the app's runs: one per core this process may use, at most 4 (a click asks for 3 runs by
-    default; each process holds its own torch: ≈ 0.34 GB of its own memory after a teach run), at least 1 (1: none, runs in the app's process)."""
-    return max(1, min(4, available_cpus()))
+    """Processes for several runs at once: ``$FEDALA_LAB_PROCESSES`` if set, else one per core this process may
+    use, at most 4 (a click asks for 3 runs by default; each process holds its own torch: ≈ 0.34 GB of its own
+    memory after a teach run); 1: none, the runs are computed in the caller's process."""
+    return env_count(PROCESSES) or max(1, min(4, available_cpus()))
 
 
-__all__ = ["RunPool", "default_processes"]
+__all__ = ["RunPool", "default_processes", "get_or_run_many", "processes_setting"]

@@ -125,21 +125,9 @@ def app_processes(value) -> int:
     """The ``processes`` setting as a number: a whole number >= 1, or "auto" (one per CPU core this process may
     use, at most 4; 1 where a GPU is present: its runs are the GPU's, not the cores'). Anything else is a
     ConfigError naming the setting."""
-    from ..errors import ConfigError
+    from ..experiments.pool import processes_setting
 
-    if isinstance(value, str) and value.strip().lower() == "auto":
-        import torch
-
-        from ..experiments.pool import default_processes
-
-        return 1 if torch.cuda.is_available() else default_processes()
-    try:
-        n = int(value)
-    except (TypeError, ValueError):
-        n = 0
-    if isinstance(value, bool) or n < 1 or str(n) != str(value).strip():
-        raise ConfigError("processes", value, "a whole number >= 1, or auto")
-    return n
+    return processes_setting(value)
 
 
 def _check_free(host: str, port: int) -> None:
