@@ -228,8 +228,7 @@ def get_or_run_many(cfgs: Iterable[RunConfig], store=None, *, processes: int | s
     cfgs = list(cfgs)
     store = open_store(store)
     n = processes_setting(processes)
-    todo = list({c.key(): c for c in cfgs if not str(c.device).startswith("cuda")
-                 and store.find(c) is None}.values())
+    todo = to_compute(cfgs, store)
     if n > 1 and len(todo) > 1:
         pool = RunPool(min(n, len(todo)), store.root)
         total = sum(c.rounds for c in todo)
@@ -240,6 +239,12 @@ def get_or_run_many(cfgs: Iterable[RunConfig], store=None, *, processes: int | s
                 pool.close()
             bar.update(total - bar.n)  # rounds a resumed or branched run did not compute
     return [get_or_run(c, store, progress=False) for c in cfgs]
+
+
+def to_compute(cfgs: Iterable[RunConfig], store) -> list[RunConfig]:
+    """The configs of ``cfgs`` (each once) that ``store`` holds no finished run of and that run on a CPU: what
+    processes can compute side by side (a GPU's runs are the GPU's, not the cores')."""
+    return list({c.key(): c for c in cfgs if not str(c.device).startswith("cuda") and store.find(c) is None}.values())
 
 
 def processes_setting(value) -> int:
@@ -266,4 +271,4 @@ def default_processes() -> int:
     return env_count(PROCESSES) or max(1, min(4, available_cpus()))
 
 
-__all__ = ["RunPool", "default_processes", "get_or_run_many", "processes_setting"]
+__all__ = ["RunPool", "default_processes", "get_or_run_many", "processes_setting", "to_compute"]

@@ -30,7 +30,7 @@ import gradio as gr
 
 from ..config import algo_label
 from ..errors import FedalaError, FilesMissing, RunCancelled, SplitFailed
-from ..experiments.pool import RunPool
+from ..experiments.pool import RunPool, to_compute
 from ..experiments.runs import RunCache
 from ..record.run import Run
 from ..record.store import RunStore
@@ -340,8 +340,7 @@ class Jobs:
         """Compute the runs of ``cfgs`` the store lacks in :attr:`pool`'s processes, every round on the progress
         bar; returns those that Stop interrupted (what they recorded), in ``cfgs``' order. A run that failed or
         diverged there is left to ``get``, which computes or reads it again here and reports it as usual."""
-        todo = list({c.key(): c for c in cfgs if c.device != "cuda" and not c.device.startswith("cuda:")
-                     and self.store.find(c) is None}.values())
+        todo = to_compute(cfgs, self.store)
         if len(todo) < 2:  # one run gains nothing from another process
             return []
         done: dict[str, int] = {}
