@@ -242,17 +242,17 @@ def get_or_run_many(cfgs: Iterable[RunConfig], store=None, *, processes: int | s
 
 
 def to_compute(cfgs: Iterable[RunConfig], store) -> list[RunConfig]:
-    """The configs of ``cfgs`` (each once) that ``store`` holds no finished run of and that run on a CPU: what
-    processes can compute side by side (a GPU's runs are the GPU's, not the cores')."""
-    return list({c.key(): c for c in cfgs if not str(c.device).startswith("cuda") and store.find(c) is None}.values())
+    """The configs of ``cfgs`` (each once) that ``store`` holds no finished or diverged run of and that run on a
+    CPU: what processes can compute side by side (a GPU's runs are the GPU's, not the cores'). Checked from the
+    store's manifests (``status``), without loading a run."""
+    return list({c.key(): c for c in cfgs if not str(c.device).startswith("cuda")
+                 and store.status(c).state not in ("complete", "diverged")}.values())
 
 
 def processes_setting(value) -> int:
     """``processes`` as a number (see :func:`get_or_run_many`); anything else is a ConfigError naming it."""
     if isinstance(value, str) and value.strip().lower() == "auto":
-        import torch
-
-        return env_count(PROCESSES) or (1 if torch.cuda.is_available() else default_processes())
+        return env_count(PROCESSES) or default_processes()
     try:
         n = int(value)
     except (TypeError, ValueError):
@@ -265,10 +265,13 @@ def processes_setting(value) -> int:
 
 
 def default_processes() -> int:
-    """Processes for several runs at once: ``$FEDALA_LAB_PROCESSES`` if set, else one per core this process may
+    """Processes for several runs at once when ``$FEDALA_LAB_PROCESSES`` is unset: one per core this process may
     use, at most 4 (a click asks for 3 runs by default; each process holds its own torch: ≈ 0.34 GB of its own
-    memory after a teach run); 1: none, the runs are computed in the caller's process."""
-    return env_count(PROCESSES) or max(1, min(4, available_cpus()))
+    memory after a teach run), and 1 where a GPU is present (its runs are the GPU's, not the cores'); 1: none,
+    the runs are computed in the caller's process."""
+    import torch
+
+    return 1 if torch.cuda.is_available() else max(1, min(4, available_cpus()))
 
 
 __all__ = ["RunPool", "default_processes", "get_or_run_many", "processes_setting", "to_compute"]

@@ -343,20 +343,16 @@ class Jobs:
         todo = to_compute(cfgs, self.store)
         if len(todo) < 2:  # one run gains nothing from another process
             return []
-        done: dict[str, int] = {}
-        accs: dict[str, float] = {}
+        latest: dict[str, tuple[int, float]] = {}  # key → (round, accuracy) last reported
 
         def on_round(key, t, acc):
             computed.add(key)
-            done[key], accs[key] = t, acc
+            latest[key] = (t, acc)
             parts = []
-            for k, r in done.items():
+            for k, (r, a) in latest.items():
                 name, _, n = places.get(k, ("run", 0, 0))
-                part = f"{name}: round {r}/{n}"
-                if not math.isnan(accs[k]):
-                    part += f" · accuracy {100 * accs[k]:.1f} %"
-                parts.append(part)
-            job.progress((sum(done.values()), total), desc=" | ".join(parts), unit="rounds")
+                parts.append(f"{name}: round {r}/{n}" + ("" if math.isnan(a) else f" · accuracy {100 * a:.1f} %"))
+            job.progress((sum(r for r, _ in latest.values()), total), desc=" | ".join(parts), unit="rounds")
 
         results = self.pool.compute(todo, stop=job.stop, on_round=on_round)
         return [results[c.key()]["run"] for c in todo if results.get(c.key(), {}).get("status") == "stopped"]
