@@ -33,7 +33,7 @@ def main() -> None:
             run = get_or_run(cfg, args.store, progress=False)
             acc = run.rounds.set_index("round")["acc"]
             head = run.meta["ala_params"][-2]  # the output layer's weight (its bias is last)
-            print(f"FedALA p={p} η={eta:g}: final {100 * run.final_acc:.2f} %, best {100 * run.best_acc:.2f} %")
+            print(f"FedALA p={p} η={eta:g}: final {run.final_acc:.2f} %, best {run.best_acc:.2f} %")
             for t in range(2, args.rounds + 1):
                 means = [float(np.mean(run.ala_weights(c, t)[1][head])) for c in run.tracked_clients()]
                 print(f"  round {t}: mean W of {head} over clients {np.mean(means):.3f} "

@@ -141,7 +141,7 @@ def bench(name: str, rounds: int, repeats: int, algos: list[str], device: str, b
                 print(f"[{name}] rep {rep + 1}/{repeats} {algo:>8} {backend:>10}: {res['wall']:.2f} s, rounds "
                       + " / ".join(f"{x:.1f}" for x in res["per_round"])
                       + f", train {' / '.join(f'{x:.1f}' for x in res['train'])} "
-                      f"(final acc {100 * res['acc']:.2f} %, load {res['load']:.2f})", file=sys.stderr, flush=True)
+                      f"(final acc {res['acc']:.2f} %, load {res['load']:.2f})", file=sys.stderr, flush=True)
     base = backends[0]
     lines = [(f"### `{name}`: {rounds} rounds, {cfg0.data.num_clients} clients, model {cfg0.model}, "
               f"batch {cfg0.batch_size}, record_train_loss={cfg0.record_train_loss}; median of {repeats} "

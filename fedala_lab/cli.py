@@ -400,7 +400,8 @@ def _add_run(sub) -> None:
     r = sub.add_parser("run", help="simulate one or more algorithms and print best/final accuracy")
     _add_run_flags(r)
     r.add_argument("--store", default=None, help="run store folder (default: $FEDALA_LAB_RUNS or ./runs)")
-    r.add_argument("--json", action="store_true", help="one JSON object per algorithm on stdout")
+    r.add_argument("--json", action="store_true",
+                   help="one JSON object per algorithm on stdout (accuracies in %%)")
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
     r.add_argument("--force", action="store_true", help="recompute even if the store has the run (--cache refresh)")
     r.add_argument("--cache", choices=CACHE_MODES, default="use",

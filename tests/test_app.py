@@ -107,7 +107,7 @@ def test_train_curves_summary_progress_and_cache(app):
     ax = acc_fig.axes[0]
     assert [ln.get_label() for ln in ax.get_lines()] == ["FedAvg", "FedALA"]
     for line, run in zip(ax.get_lines(), runs, strict=True):  # the curves are the recorded accuracies
-        np.testing.assert_allclose(line.get_ydata(), 100 * run.rounds["acc"].to_numpy())
+        np.testing.assert_allclose(line.get_ydata(), run.rounds["acc"].to_numpy())
     assert len(loss_fig.axes[0].get_lines()) == 2 and loss_fig.axes[0].get_ylabel() == "test loss"
     assert list(table["algorithm"]) == ["FedAvg", "FedALA"]
     assert list(table["run"]) == [r.path.name for r in runs]
@@ -175,7 +175,7 @@ def test_stop_keeps_the_checkpoint_and_run_again_resumes(app, tmp_path):
     assert [t.get_text().split(":")[0] for t in per_client.axes[0].get_legend().get_texts()] == [
         "FedALA (stopped at round 4)"]
     stopped = per_client.axes[0].collections[1].get_offsets()[:, 1]
-    np.testing.assert_allclose(np.sort(stopped), np.sort(100 * acc_at(app.store, cfg, 4)))
+    np.testing.assert_allclose(np.sort(stopped), np.sort(acc_at(app.store, cfg, 4)))
     assert [t.get_text() for t in spread.axes[0].get_xticklabels()] == ["FedALA (stopped at round 4)"]
 
     rec = Progress()
@@ -312,7 +312,7 @@ def test_trajectory_draws_fig4(app):
     fedala = app.store.find(ui.make_config(algo="fedala", **{**SMALL, "rounds": 8}).replace(
         ala_after=5, snapshot_clients="2", snapshot_from=3))
     own = fedala.clients[(fedala.clients["client"] == 2) & (fedala.clients["round"] > 5)]["test_acc"].mean()
-    assert table["client's test accuracy % (mean after K)"].iloc[1] == pytest.approx(100 * own, abs=0.006)
+    assert table["client's test accuracy % (mean after K)"].iloc[1] == pytest.approx(own, abs=0.006)
     # the accuracy around K: all clients and the client, FedALA's lines from K on, K marked
     lines = {ln.get_label(): ln for ln in acc.axes[0].get_lines() if not ln.get_label().startswith("_")}
     assert set(lines) == {"FedAvg, all clients", "FedALA, all clients", "FedAvg, client 2", "FedALA, client 2"}
@@ -742,9 +742,9 @@ def test_runs_picker_and_legend_tell_two_fedala_runs_apart(app):
 def test_curves_that_need_a_word_get_it_in_their_own_numbers(app):
     *_, notes, _, _ = app.train(["fedavg", "pfedme", "perfedavg"], **SMALL)
     runs = {a: app.store.find(ui.make_config(algo=a, **SMALL)) for a in ("pfedme", "perfedavg")}
-    first = {a: 100 * r.rounds["acc"].iloc[0] for a, r in runs.items()}
+    first = {a: r.rounds["acc"].iloc[0] for a, r in runs.items()}
     assert "*pFedMe* is scored on each client's personal model" in notes
-    assert f"({first['pfedme']:.1f} %)" in notes and f"({100 * runs['pfedme'].rounds['acc'].iloc[1]:.1f} %)" in notes
+    assert f"({first['pfedme']:.1f} %)" in notes and f"({runs['pfedme'].rounds['acc'].iloc[1]:.1f} %)" in notes
     assert "*Per-FedAvg* is scored on the global model after one adaptation step" in notes
     assert f"({first['perfedavg']:.1f} %)" in notes and "FedAvg" not in notes.split("*")[0]
 

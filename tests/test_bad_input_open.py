@@ -183,10 +183,10 @@ def test_logistic_regression_as_a_bare_linear_layer_trains(backend):
     cfg = RunConfig(algo="fedavg", rounds=5, lr=0.5, batch_size=10, device="cpu", checkpoint_every=0, backend=backend)
     sim = Simulation(cfg, data, model=model, workers=2 if backend == "workers" else None)
     with torch.no_grad():
-        before = (model(data.test_x).argmax(1) == data.test_y).float().mean().item()
+        before = 100 * (model(data.test_x).argmax(1) == data.test_y).float().mean().item()
     run = sim.run(progress=False)
     acc = run.rounds["acc"].to_numpy()
-    assert acc[-1] > max(before + 0.2, 0.7), (before, acc)
+    assert acc[-1] > max(before + 20, 70), (before, acc)
     assert acc[-1] >= acc[0]
 
 
@@ -260,7 +260,7 @@ def test_fedala_on_a_one_block_logistic_regression_trains():
     torch.manual_seed(0)
     run = fl.simulate(RunConfig(algo="fedala", rounds=3, lr=0.5, batch_size=10, device="cpu", checkpoint_every=0),
                       _separable(), model=torch.nn.Sequential(torch.nn.Linear(8, 3)), progress=False)
-    assert run.meta["ala_params"] == ["0.weight", "0.bias"] and run.rounds["acc"].iloc[-1] > 0.7
+    assert run.meta["ala_params"] == ["0.weight", "0.bias"] and run.rounds["acc"].iloc[-1] > 70
 
 
 # ------------------------------------------------------------------------------------------ pFL settings

@@ -247,8 +247,8 @@ def test_comparison_frame_and_curves(teach_runs):
     assert 50 <= f.loc["FedLAMA(τ0=5, φ=2)", "comm_pct"] < 100
     assert (f["final_step"] == 20).all()  # the last step all three runs evaluate
     # accuracies are read on the common steps: FedAvg(τ0)'s round 5 = FedAvg(φτ0)'s round 3 = 20 steps
-    assert f.loc["FedAvg(τ0=5)", "final_acc"] == pytest.approx(100 * teach_runs["FedAvg(τ0=5)"].acc[5])
-    assert f.loc["FedAvg(φτ0=10)", "final_acc"] == pytest.approx(100 * teach_runs["FedAvg(φτ0=10)"].acc[3])
+    assert f.loc["FedAvg(τ0=5)", "final_acc"] == pytest.approx(teach_runs["FedAvg(τ0=5)"].acc[5])
+    assert f.loc["FedAvg(φτ0=10)", "final_acc"] == pytest.approx(teach_runs["FedAvg(φτ0=10)"].acc[3])
     curves = lama.comm_accuracy_curves(teach_runs)
     # FedLAMA evaluates the server's model: every round is on its curve (lama_eval="clients": window starts)
     lama_c = curves[curves["label"] == "FedLAMA(τ0=5, φ=2)"]

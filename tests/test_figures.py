@@ -52,7 +52,7 @@ def test_accuracy_curves_one_line_per_run(runs):
     assert len(d.lines_) == 2 and len(d.ax_.get_lines()) == 2
     assert [line.get_label() for line in d.lines_] == ["FedAvg", "FedALA"]
     assert d.lines_[0].get_color() == "black" and d.lines_[1].get_color() == "tab:blue"
-    np.testing.assert_allclose(d.lines_[1].get_ydata(), 100 * runs["fedala", 0].rounds["acc"].to_numpy())
+    np.testing.assert_allclose(d.lines_[1].get_ydata(), runs["fedala", 0].rounds["acc"].to_numpy())
     assert "%" in d.ax_.get_ylabel() and d.ax_.get_xlabel() == "round"
     d2 = AccuracyCurveDisplay.from_runs(sel, metric="test_loss", labels=["a", "b"])
     assert [line.get_label() for line in d2.lines_] == ["a", "b"]
@@ -161,16 +161,16 @@ def test_client_accuracy_displays(runs):
     sel = [runs["fedavg", 0], runs["fedala", 0]]
     frame = client_accuracy(sel)
     last = sel[1].clients[sel[1].clients["round"] == ROUNDS]
-    np.testing.assert_allclose(frame.loc[frame["label"] == "FedALA", "acc"], 100 * last["test_acc"])
+    np.testing.assert_allclose(frame.loc[frame["label"] == "FedALA", "acc"], last["test_acc"])
     assert set(frame["round"]) == {ROUNDS} and len(frame) == 2 * 20
     d = ClientAccuracyDisplay.from_runs(sel)
     assert [len(m.get_offsets()) for m in d.markers_] == [20, 20]
     assert [tuple(m.get_facecolor()[0][:3]) for m in d.markers_] == [(0, 0, 0), pytest.approx((0.122, 0.467, 0.706),
                                                                                               abs=1e-3)]
-    np.testing.assert_allclose(d.markers_[1].get_offsets()[:, 1], 100 * last["test_acc"])
+    np.testing.assert_allclose(d.markers_[1].get_offsets()[:, 1], last["test_acc"])
     spread = ClientSpreadDisplay.from_runs(sel)
     assert [t.get_text() for t in spread.ax_.get_xticklabels()] == ["FedAvg", "FedALA"]
-    assert spread.medians_["FedALA"] == pytest.approx(float(np.median(100 * last["test_acc"])))
+    assert spread.medians_["FedALA"] == pytest.approx(float(np.median(last["test_acc"])))
     assert len(spread.ax_.collections) >= 2  # the clients as points, one group per method
 
 
@@ -222,7 +222,7 @@ def _synthetic_run(oscillating=3, rounds=30):
     w = sizes[clients["client"]] / sizes.sum()
     rounds_df = (clients.assign(init_loss=clients["init_loss"] * w, trained_loss=clients["trained_loss"] * w)
                  .groupby("round")[["init_loss", "trained_loss"]].sum().reset_index())
-    rounds_df["acc"] = 0.9 - 0.5 * np.exp(-t / 4)
+    rounds_df["acc"] = 90 - 50 * np.exp(-t / 4)
     rounds_df["best_acc"] = rounds_df["acc"].cummax()
     return Run(config=preset("teach", algo="fedala", rounds=rounds), clients=clients, rounds=rounds_df,
                meta={"train_sizes": sizes.tolist()})
@@ -238,8 +238,8 @@ def test_variance_shares_name_the_client_that_moves_the_mean():
     spread = client_spread([run])
     piv = run.clients.pivot(index="round", columns="client", values="trained_loss")
     np.testing.assert_allclose(spread["median"], piv.median(axis=1))
-    # K: best accuracy 0.9 − 0.5·exp(−t/4) gains < 0.5 points over 3 rounds first after round 15
-    gains = [100 * (run.rounds["best_acc"][t + 2] - run.rounds["best_acc"][t - 1]) for t in range(1, 28)]
+    # K: best accuracy 90 − 50·exp(−t/4) % gains < 0.5 points over 3 rounds first after round 15
+    gains = [run.rounds["best_acc"][t + 2] - run.rounds["best_acc"][t - 1] for t in range(1, 28)]
     k = next(t for t, g in zip(range(1, 28), gains) if g < 0.5)
     pl = plateau_round(run, points=0.5, rounds=3, search=(5, 25))
     assert pl["found"] and pl["K"] == k and pl["best_after"] - pl["best_at_K"] < 0.5
@@ -284,7 +284,7 @@ def test_accuracy_table_layout_and_renderings(runs):
     t = AccuracyTable.from_runs(sel)
     assert list(t.frame_.index) == ["FedAvg", "FedALA"]
     assert list(t.frame_.columns) == ["MNIST-mini Dir(0.1) (best)", "MNIST-mini Dir(0.1) (final)"]
-    best = [100 * runs["fedala", s].acc.max() for s in (0, 1)]
+    best = [runs["fedala", s].acc.max() for s in (0, 1)]
     assert t.frame_.loc["FedALA", "MNIST-mini Dir(0.1) (best)"] == format_mean_std(np.mean(best), np.std(best, ddof=1))
     md = t.to_markdown().splitlines()
     assert md[0].startswith("| method |") and md[1].startswith("|:---|") and len(md[2].split("|")) == 5
@@ -302,8 +302,8 @@ def test_applicability_gain(runs):
     sel = [runs[a, s] for a in ("fedavg", "fedala", "fedprox", "fedprox+ala") for s in (0, 1)]
     f = applicability_frame(sel)
     assert list(f["base"]) == ["fedavg", "fedprox"] and list(f["with_ala"]) == ["fedala", "fedprox+ala"]
-    gain = np.mean([100 * runs["fedprox+ala", s].best_acc for s in (0, 1)]) - \
-        np.mean([100 * runs["fedprox", s].best_acc for s in (0, 1)])
+    gain = np.mean([runs["fedprox+ala", s].best_acc for s in (0, 1)]) - \
+        np.mean([runs["fedprox", s].best_acc for s in (0, 1)])
     assert f.loc[1, "gain"] == pytest.approx(gain)
     t = AccuracyTable.from_applicability(sel)
     assert list(t.frame_.columns) == ["base", "+ALA", "gain"]
@@ -345,16 +345,16 @@ def test_seed_table_pairs_runs_by_seed_and_reports_the_client_spread(runs):
 
     groups = {"FedAvg": [runs["fedavg", s] for s in (0, 1)], "FedALA": [runs["fedala", s] for s in (1, 0)]}
     t = seed_table(groups, reference="FedAvg").set_index("label")
-    best = [100 * runs["fedala", s].best_acc for s in (1, 0)]
+    best = [runs["fedala", s].best_acc for s in (1, 0)]
     assert t.loc["FedALA", "best_mean"] == pytest.approx(np.mean(best))
     assert t.loc["FedALA", "best_std"] == pytest.approx(np.std(best, ddof=1))
-    diffs = [100 * (runs["fedala", s].best_acc - runs["fedavg", s].best_acc) for s in (0, 1)]  # same seeds
+    diffs = [runs["fedala", s].best_acc - runs["fedavg", s].best_acc for s in (0, 1)]  # same seeds
     assert t.loc["FedALA", "diff_mean"] == pytest.approx(np.mean(diffs))
     assert t.loc["FedALA", "diff_std"] == pytest.approx(np.std(diffs, ddof=1))
     assert t.loc["FedAvg", "diff_mean"] == 0 and list(t["n_seeds"]) == [2, 2]
     run = runs["fedala", 0]
     last = run.clients[run.clients["round"] == ROUNDS]
-    assert final_spread(run) == pytest.approx(100 * np.std(last["test_acc"]))
+    assert final_spread(run) == pytest.approx(np.std(last["test_acc"]))
     assert t.loc["FedALA", "spread_mean"] == pytest.approx(np.mean([final_spread(r) for r in groups["FedALA"]]))
     text = format_seed_table(t.reset_index())
     assert list(text.columns) == ["seeds", "best acc %", "final acc %", "client spread", "paired diff of best"]

@@ -124,7 +124,7 @@ def test_local_sweep_table_resume_and_displays(local_result, tmp_path):
     assert table[["algo", "p"]].values.tolist() == [["fedavg", 1], ["fedavg", 2], ["fedala", 1], ["fedala", 2]]
     assert (table["n_seeds"] == 3).all()
     # the table is the mean/std of the runs' own numbers (%)
-    fedala1 = [100 * r.best_acc for r in res.runs_where(algo="fedala", p=1)]
+    fedala1 = [r.best_acc for r in res.runs_where(algo="fedala", p=1)]
     assert len(fedala1) == 3
     row = table[(table.algo == "fedala") & (table.p == 1)].iloc[0]
     assert row["best_mean"] == pytest.approx(np.mean(fedala1)) and row["best_std"] == pytest.approx(

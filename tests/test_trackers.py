@@ -111,6 +111,7 @@ def test_a_computed_run_is_logged_as_it_goes_and_equals_its_replay(tmp_path, mlf
         want = [(int(t), float(v)) for t, v in zip(run.rounds["round"], run.rounds[col]) if math.isfinite(v)]
         assert ml["metrics"][col] == want, col
         assert tb["scalars"][col] == [(t, float(np.float32(v))) for t, v in want], col
+    assert ml["metrics"]["acc"][-1][1] == pytest.approx(run.final_acc) and run.final_acc > 1  # percent
     c1 = run.clients[run.clients["client"] == 1]
     assert ml["metrics"]["client_1/test_acc"] == list(zip(c1["round"].tolist(), c1["test_acc"].tolist()))
     passes = run.ala.groupby(["round", "client"]).size()

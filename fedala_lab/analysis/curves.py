@@ -24,16 +24,16 @@ import pandas as pd
 from ..config import algo_label
 from ..errors import ConfigError
 
-# per-round columns of Run.rounds that make sense as curves, with their axis label and scale to percent
+# per-round columns of Run.rounds that make sense as curves, with their axis label (accuracies are percent)
 ROUND_METRICS = {
-    "acc": ("test accuracy (%)", 100.0),
-    "best_acc": ("best test accuracy so far (%)", 100.0),
-    "acc_std": ("std of client accuracies (%)", 100.0),
-    "test_loss": ("test loss", 1.0),
-    "train_loss": ("train loss (selected clients, during training)", 1.0),
-    "init_loss": ("train loss of initialised local models", 1.0),
-    "trained_loss": ("train loss of trained local models", 1.0),
-    "seconds": ("seconds per round", 1.0),
+    "acc": "test accuracy (%)",
+    "best_acc": "best test accuracy so far (%)",
+    "acc_std": "std of client accuracies (percentage points)",
+    "test_loss": "test loss",
+    "train_loss": "train loss (selected clients, during training)",
+    "init_loss": "train loss of initialised local models",
+    "trained_loss": "train loss of trained local models",
+    "seconds": "seconds per round",
 }
 
 
@@ -140,13 +140,12 @@ def accuracy_curves(runs: Iterable, metric: str = "acc", labels=None) -> pd.Data
     """Tidy label, round, value for one per-round metric of each run (accuracies in %)."""
     if metric not in ROUND_METRICS:
         raise ConfigError("metric", metric, "one of " + ", ".join(ROUND_METRICS))
-    scale = ROUND_METRICS[metric][1]
     parts = []
     runs = list(runs)
     for run, label in zip(runs, unique_labels(runs, labels)):
         r = run.rounds.dropna(subset=[metric])
         parts.append(pd.DataFrame({"label": label, "algo": run.config.algo, "round": r["round"].to_numpy(),
-                                   "value": scale * r[metric].to_numpy()}))
+                                   "value": r[metric].to_numpy()}))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
         columns=["label", "algo", "round", "value"])
 
@@ -160,7 +159,7 @@ def client_accuracy(runs: Iterable, labels=None) -> pd.DataFrame:
         c = run.clients.dropna(subset=["test_acc"])
         last = c[c["round"] == c["round"].max()] if len(c) else c
         parts.append(pd.DataFrame({"label": label, "algo": run.config.algo, "client": last["client"].to_numpy(),
-                                   "round": last["round"].to_numpy(), "acc": 100 * last["test_acc"].to_numpy()}))
+                                   "round": last["round"].to_numpy(), "acc": last["test_acc"].to_numpy()}))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
         columns=["label", "algo", "client", "round", "acc"])
 
@@ -175,13 +174,13 @@ def switch_curves(fedavg_run, fedala_run, client: int, K: int, labels=("FedAvg",
         r = run.rounds.dropna(subset=["acc"])
         r = r[r["round"] >= first]
         parts.append(pd.DataFrame({"label": f"{label}, all clients", "algo": run.config.algo,
-                                   "round": r["round"].to_numpy(), "value": 100 * r["acc"].to_numpy()}))
+                                   "round": r["round"].to_numpy(), "value": r["acc"].to_numpy()}))
     for run, label in ((fedavg_run, labels[0]), (fedala_run, labels[1])):
         first = K if run is fedala_run else 1
         c = run.clients.dropna(subset=["test_acc"])
         c = c[(c["client"] == client) & (c["round"] >= first)]
         parts.append(pd.DataFrame({"label": f"{label}, client {client}", "algo": run.config.algo,
-                                   "round": c["round"].to_numpy(), "value": 100 * c["test_acc"].to_numpy()}))
+                                   "round": c["round"].to_numpy(), "value": c["test_acc"].to_numpy()}))
     return pd.concat(parts, ignore_index=True)
 
 
@@ -189,9 +188,9 @@ def mean_after(run, K: int, client: int | None = None) -> float:
     """Mean test accuracy (%) over the rounds after ``K``: pooled, or ``client``'s own."""
     if client is None:
         r = run.rounds.dropna(subset=["acc"])
-        return 100 * float(r.loc[r["round"] > K, "acc"].mean())
+        return float(r.loc[r["round"] > K, "acc"].mean())
     c = run.clients.dropna(subset=["test_acc"])
-    return 100 * float(c.loc[(c["client"] == client) & (c["round"] > K), "test_acc"].mean())
+    return float(c.loc[(c["client"] == client) & (c["round"] > K), "test_acc"].mean())
 
 
 def _client_table(run, column: str) -> pd.DataFrame:
@@ -299,7 +298,7 @@ def plateau_round(run, *, points: float = 0.5, rounds: int = 3, search: tuple[in
 
     Returns {"K", "found" (False: no round qualified, K is the last round tried), "best_at_K",
     "best_after" (best(K + rounds), %), "points", "rounds", "search" (the rounds tried)}."""
-    best = 100 * run.rounds.set_index("round")["best_acc"].astype(float).ffill()
+    best = run.rounds.set_index("round")["best_acc"].astype(float).ffill()
     last = int(best.index.max())
     lo, hi = search if search is not None else (int(best.index.min()), last - rounds)
     hi = max(min(hi, last - rounds), 1)

@@ -164,7 +164,7 @@ def synced_rounds(run: Run) -> np.ndarray:
 
 
 def step_accuracy(run: Run, *, synced_only: bool = True) -> pd.Series:
-    """Pooled accuracy (fraction) indexed by the local SGD steps done before the evaluation ((t − 1)·steps)."""
+    """Pooled accuracy (%) indexed by the local SGD steps done before the evaluation ((t − 1)·steps)."""
     spr = steps_per_round(run.config)
     if spr is None:
         raise ValueError(f"run {run.config.algo!r} counts rounds in epochs; a step axis needs local_steps")
@@ -284,12 +284,12 @@ def _frame(cmp: _Compared) -> pd.DataFrame:
             "rounds": com["rounds"], "total_steps": com["rounds"] * spr, "comm": com["cost"],
             "comm_pct": 100.0 * com["cost"] / cmp.ref_cost if cmp.ref_cost else float("nan"),
             "bytes_up": com["bytes_up"], "bytes_down": com["bytes_down"],
-            "best_acc": 100 * float(on_grid.max()) if len(on_grid) else float("nan"),
-            "final_acc": 100 * float(on_grid.iloc[-1]) if len(on_grid) else float("nan"),
+            "best_acc": float(on_grid.max()) if len(on_grid) else float("nan"),
+            "final_acc": float(on_grid.iloc[-1]) if len(on_grid) else float("nan"),
             "final_step": int(on_grid.index[-1]) if len(on_grid) else -1,
             "final_comm_pct": sent_pct(on_grid.index[-1]) if len(on_grid) else float("nan"),
             "best_comm_pct": sent_pct(on_grid.idxmax()) if len(on_grid) else float("nan"),
-            "best_acc_all": 100 * r.best_acc, "final_acc_all": 100 * r.final_acc,
+            "best_acc_all": r.best_acc, "final_acc_all": r.final_acc,
             "reference": k == cmp.ref,
         })
     return pd.DataFrame(rows)
@@ -304,6 +304,6 @@ def _curves(cmp: _Compared) -> pd.DataFrame:
         rounds = acc.index.to_numpy() // steps_per_round(r.config) + 1
         frames.append(pd.DataFrame({
             "label": k, "round": rounds, "step": acc.index.to_numpy(),
-            "comm_pct": 100.0 * before.reindex(rounds).to_numpy() / cmp.ref_cost, "acc": 100 * acc.to_numpy(),
+            "comm_pct": 100.0 * before.reindex(rounds).to_numpy() / cmp.ref_cost, "acc": acc.to_numpy(),
         }))
     return pd.concat(frames, ignore_index=True)

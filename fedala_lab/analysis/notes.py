@@ -20,7 +20,7 @@ from ..config import algo_label
 def _acc(run, t: int) -> float:
     r = run.rounds.dropna(subset=["acc"])
     row = r[r["round"] == t]
-    return 100 * float(row["acc"].iloc[0]) if len(row) else math.nan
+    return float(row["acc"].iloc[0]) if len(row) else math.nan
 
 
 def _pfedme(run, label: str) -> str:
@@ -46,14 +46,14 @@ def _method(run) -> str:
 
 def _dips(run, label: str) -> str:
     """A method whose pooled accuracy falls sharply and recovers: where, by how much, and how many clients."""
-    r = run.rounds.dropna(subset=["acc"]).set_index("round")["acc"] * 100
+    r = run.rounds.dropna(subset=["acc"]).set_index("round")["acc"]
     peak = r.cummax()
     depth = (peak - r)[r.index > 5]  # not the first rounds' climb
     if depth.empty or depth.max() < DIP_POINTS:
         return ""
     t = int(depth.idxmax())
     recovered = (r[r.index > t] >= peak[t] - DIP_POINTS / 2).any()
-    c = run.clients.dropna(subset=["test_acc"]).pivot(index="round", columns="client", values="test_acc") * 100
+    c = run.clients.dropna(subset=["test_acc"]).pivot(index="round", columns="client", values="test_acc")
     fell = int(((c.loc[t - 1] - c.loc[t]) > DIP_POINTS).sum()) if t - 1 in c.index else 0
     return (f"*{label}*'s curve dips: {r[t]:.1f} % in round {t}, {depth.max():.1f} points below its best so far"
             + (", and recovers" if recovered else "") + f" ({fell} of {c.shape[1]} clients fell by more than "

@@ -96,7 +96,7 @@ def format_mean_std(mean: float, std: float, digits: int = 2) -> str:
 def final_spread(run: Run) -> float:
     """The spread between clients in the last evaluated round: the std of their test accuracies (points)."""
     r = run.rounds.dropna(subset=["acc"])
-    return 100 * float(r["acc_std"].iloc[-1]) if len(r) else float("nan")
+    return float(r["acc_std"].iloc[-1]) if len(r) else float("nan")
 
 
 def seed_table(groups: Mapping[str, Iterable[Run]], reference: str | None = None) -> pd.DataFrame:
@@ -112,13 +112,13 @@ def seed_table(groups: Mapping[str, Iterable[Run]], reference: str | None = None
         from ..errors import ConfigError
 
         raise ConfigError("reference", reference, "one of the labels " + ", ".join(map(str, groups)))
-    best = {label: {r.config.seed: 100 * r.best_acc for r in runs} for label, runs in groups.items()}
+    best = {label: {r.config.seed: r.best_acc for r in runs} for label, runs in groups.items()}
     rows = []
     for label, runs in groups.items():
         runs = list(runs)
         row = {"label": label, "n_seeds": len({r.config.seed for r in runs}),
                "identical": len(runs) > 1 and len({trajectory(r) for r in runs}) == 1}
-        for name, values in (("best", [100 * r.best_acc for r in runs]), ("final", [100 * r.final_acc for r in runs]),
+        for name, values in (("best", [r.best_acc for r in runs]), ("final", [r.final_acc for r in runs]),
                              ("spread", [final_spread(r) for r in runs])):
             row[f"{name}_mean"], row[f"{name}_std"] = _mean_std(values)
         if reference is not None:

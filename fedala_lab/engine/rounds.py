@@ -234,7 +234,7 @@ def finish(sim, start: RoundStart, report: Report, *, apart: bool = False) -> di
     accs = None
     if start.evaluated:
         with np.errstate(invalid="ignore"):  # a client without test samples has no accuracy (NaN)
-            accs = np.where(num["test_num"] > 0, num["test_correct"] / np.maximum(num["test_num"], 1), np.nan)
+            accs = np.where(num["test_num"] > 0, 100 * num["test_correct"] / np.maximum(num["test_num"], 1), np.nan)
         rec.client_rows(client_rows(t, start, num, accs, bytes_up))
     row = round_row(sim, start, num, accs, bytes_up, report.phases, seconds, rec.rounds["best_acc"])
     rec.round_row(row)
@@ -247,7 +247,7 @@ def finish(sim, start: RoundStart, report: Report, *, apart: bool = False) -> di
 
 def client_rows(t: int, start: RoundStart, num: dict, accs: np.ndarray, bytes_up: np.ndarray) -> dict[str, np.ndarray]:
     """An evaluated round's row of every client: its test numbers before local training (``accs``: its test
-    accuracy), its training."""
+    accuracy in percent), its training."""
     n = len(bytes_up)
     return {
         "round": np.full(n, t), "client": np.arange(n), "selected": start.sel_mask,
@@ -262,13 +262,14 @@ def client_rows(t: int, start: RoundStart, num: dict, accs: np.ndarray, bytes_up
 
 def round_row(sim, start: RoundStart, num: dict, accs: np.ndarray | None, bytes_up: np.ndarray, phases: dict,
               seconds: float, best_before: list) -> dict:
-    """The round's row: pooled test accuracy (Σ correct / Σ samples) and the spread of the clients' ``accs``,
+    """The round's row: pooled test accuracy (100 Σ correct / Σ samples, percent) and the spread of the clients'
+    ``accs`` (percentage points),
     the losses weighted by train samples (a dropped straggler weighs 0), the traffic (the clients' sums), the
     seconds."""
     cfg, work = sim.cfg, start.work
     sel = start.sel_mask
     if start.evaluated:
-        acc = float(num["test_correct"].sum() / max(num["test_num"].sum(), 1))
+        acc = float(100 * num["test_correct"].sum() / max(num["test_num"].sum(), 1))
         acc_std = float(np.nanstd(accs)) if np.isfinite(accs).any() else math.nan
         test_loss = float(num["test_loss_sum"].sum() / max(num["test_num"].sum(), 1))
     else:

@@ -51,7 +51,7 @@ from ..record.run import Run, torch_save
 from . import rounds
 from .recorder import Recorder
 
-CHECKPOINT_FORMAT = 5  # 5: per-client bytes in the client rows, their seconds only where measured
+CHECKPOINT_FORMAT = 6  # 5: per-client bytes in the client rows, their seconds only where measured; 6: accuracies in %
 
 
 def bind(cfg: RunConfig, data: FederatedData | None = None, model: nn.Module | None = None) -> RunConfig:
@@ -266,7 +266,7 @@ class Simulation:
             for t in range(self.round + 1, cfg.rounds + 1):
                 row = self.run_round(t)
                 if not math.isnan(row["acc"]):
-                    bar.set_postfix(acc=f"{100 * row['acc']:.2f}%", best=f"{100 * row['best_acc']:.2f}%")
+                    bar.set_postfix(acc=f"{row['acc']:.2f}%", best=f"{row['best_acc']:.2f}%")
                 bar.update(1)
                 if checkpoint and cfg.checkpoint_every and t % cfg.checkpoint_every == 0 and t < cfg.rounds:
                     self.save_checkpoint(checkpoint)

@@ -72,9 +72,9 @@ class AccuracyCurveDisplay(Display):
                         textcoords="offset points", ha="right" if left else "left", va="bottom", fontsize=8,
                         color="0.25")
         ax.set_xlabel("round")
-        ax.set_ylabel(ROUND_METRICS[self.metric][0])
+        ax.set_ylabel(ROUND_METRICS[self.metric])
         ax.grid(True, alpha=0.3)
         if self.lines_:
             ax.legend(frameon=False, fontsize=8)
-        ax.set_title(self.title or f"{ROUND_METRICS[self.metric][0].split(' (')[0]} per round")
+        ax.set_title(self.title or f"{ROUND_METRICS[self.metric].split(' (')[0]} per round")
         return self._drawn(fig, ax)

@@ -28,7 +28,7 @@ class HeterogeneityDisplay(Display):
     def from_runs(cls, groups, ax=None, *, title: str | None = None):
         """``groups``: {split label: runs of one method that differ only in their seed}, in drawing order."""
         groups = {label: list(runs) for label, runs in groups.items()}
-        points = {label: ([100 * r.best_acc for r in runs], [final_spread(r) for r in runs])
+        points = {label: ([r.best_acc for r in runs], [final_spread(r) for r in runs])
                   for label, runs in groups.items()}
         return cls(seed_table(groups), points, title=title).plot(ax=ax)
 

@@ -120,7 +120,7 @@ class CurvePanelsDisplay(Display):
         for a in axes[n:]:
             a.set_visible(False)
         for a in axes[::cols]:
-            a.set_ylabel(ROUND_METRICS[self.metric][0])
+            a.set_ylabel(ROUND_METRICS[self.metric])
         for a in axes[(rows - 1) * cols:]:
             a.set_xlabel("round")
         fig.suptitle(self.title or "Accuracy per round, a panel per method")

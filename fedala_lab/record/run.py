@@ -20,14 +20,19 @@ import pandas as pd
 from ..algorithms.ala import ALA_COLUMNS
 from ..config import RunConfig
 
-FORMAT_VERSION = 2  # 2: every algorithm table as table_<name>.csv (ALA's passes were ala.csv)
+# 2: every algorithm table as table_<name>.csv (ALA's passes were ala.csv); 3: accuracies in percent (were fractions)
+FORMAT_VERSION = 3
+# the accuracy columns that format 3 turned from fractions into percent: (frame, columns)
+_PERCENT_SINCE_3 = (("rounds", ("acc", "acc_std", "best_acc")), ("clients", ("test_acc",)))
 # pandas < 3 needs asking for exact float parsing; pandas 3 does it by default (and deprecates the flag)
 _ROUND_TRIP = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
 
 
 @dataclass(eq=False)
 class Run:
-    """What one simulated run recorded (accuracies are fractions in [0, 1]; displays and the CLI show %).
+    """What one simulated run recorded. Accuracies are in percent everywhere (0–100: ``acc``, ``best_acc``,
+    ``test_acc``, :attr:`best_acc`, :meth:`summary`, the trackers, the CLI's JSON); ``acc_std`` is in
+    percentage points.
 
     ``config``: the RunConfig that made it (``custom:`` data or model when they were given, by content hash).
 
@@ -88,16 +93,18 @@ class Run:
 
     @property
     def acc(self) -> pd.Series:
-        """Pooled test accuracy per evaluated round (fraction), indexed by round."""
+        """Pooled test accuracy per evaluated round (%), indexed by round."""
         r = self.rounds.dropna(subset=["acc"])
         return pd.Series(r["acc"].to_numpy(), index=r["round"].to_numpy(), name=self.algo)
 
     @property
     def best_acc(self) -> float:
+        """The best pooled test accuracy over the evaluated rounds (%)."""
         return float(self.acc.max()) if len(self.acc) else float("nan")
 
     @property
     def final_acc(self) -> float:
+        """The pooled test accuracy of the last evaluated round (%)."""
         return float(self.acc.iloc[-1]) if len(self.acc) else float("nan")
 
     @property
@@ -115,9 +122,9 @@ class Run:
         acc = self.acc
         return {
             "algo": self.algo,
-            "best_acc": round(100 * self.best_acc, 4),
+            "best_acc": round(self.best_acc, 4),
             "best_round": int(acc.idxmax()) if len(acc) else None,
-            "final_acc": round(100 * self.final_acc, 4),
+            "final_acc": round(self.final_acc, 4),
             "rounds": int(self.rounds["round"].max()) if len(self.rounds) else 0,
             "seconds": round(float(self.meta.get("seconds", self.rounds["seconds"].sum())), 3),
             "bytes_up": int(self.rounds["bytes_up"].sum()),
@@ -218,7 +225,13 @@ class Run:
                 ala = csv("ala.csv")
                 if len(ala):
                     tables["ala"] = ala
-            run = cls(config=cfg, clients=csv("clients.csv"), rounds=csv("rounds.csv"), arrays=arrays, meta=json.loads((d / "meta.json").read_text()),
+            frames = {"clients": csv("clients.csv"), "rounds": csv("rounds.csv")}
+            if manifest.get("format", 1) < 3:  # written in fractions: read in today's unit
+                for frame, cols in _PERCENT_SINCE_3:
+                    for c in cols:
+                        if c in frames[frame]:
+                            frames[frame][c] = 100 * frames[frame][c]
+            run = cls(config=cfg, **frames, arrays=arrays, meta=json.loads((d / "meta.json").read_text()),
                       status=manifest.get("status", "complete"), message=manifest.get("message", ""), path=d,
                       tables=tables)
         except DataError:
@@ -248,7 +261,7 @@ def run_row(run: Run, extra: Iterable[str] = ()) -> dict:
     row = {
         "algo": cfg.algo, "dataset": cfg.data.dataset, "partition": cfg.data.partition,
         "beta": cfg.data.beta, "num_clients": cfg.data.num_clients, "rounds": cfg.rounds, "seed": cfg.seed,
-        "best_acc": 100 * run.best_acc, "final_acc": 100 * run.final_acc,
+        "best_acc": run.best_acc, "final_acc": run.final_acc,
         "best_round": run.summary()["best_round"], "seconds": run.summary()["seconds"],
         "status": run.status, "trajectory": trajectory(run),
     }

@@ -313,7 +313,7 @@ class Jobs:
             t, acc = int(row["round"]), row["acc"]
             desc = f"{name}: round {t}/{sim.cfg.rounds}"
             if not math.isnan(acc):  # NaN: a round without evaluation
-                desc += f" · accuracy {100 * acc:.1f} %"
+                desc += f" · accuracy {acc:.1f} %"
             job.progress((offset + t, total), desc=desc, unit="rounds")
             return True
 
@@ -351,7 +351,7 @@ class Jobs:
             parts = []
             for k, (r, a) in latest.items():
                 name, _, n = places.get(k, ("run", 0, 0))
-                parts.append(f"{name}: round {r}/{n}" + ("" if math.isnan(a) else f" · accuracy {100 * a:.1f} %"))
+                parts.append(f"{name}: round {r}/{n}" + ("" if math.isnan(a) else f" · accuracy {a:.1f} %"))
             job.progress((sum(r for r, _ in latest.values()), total), desc=" | ".join(parts), unit="rounds")
 
         results = self.pool.compute(todo, stop=job.stop, on_round=on_round)
