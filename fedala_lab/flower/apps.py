@@ -325,7 +325,7 @@ class FlowerServer:
             row = side.finish(t, [replies[c] for c in sorted(orders)])
             if self.checkpoint is not None:
                 side.save_checkpoint(self.checkpoint)
-            self._say(INFO, "%s round %d/%d: acc %.2f %%, %.2f s", cfg.algo, t, cfg.rounds, 100 * row["acc"],
+            self._say(INFO, "%s round %d/%d: acc %.2f %%, %.2f s", cfg.algo, t, cfg.rounds, row["acc"],
                       row["seconds"])
         self.run = side.to_run()
 
