@@ -11,6 +11,13 @@ model=…, data=FederatedData.from_arrays(…))``.
     >>> run.summary()
 """
 
+from . import numerics as _numerics
+from .errors import ConfigError as _ConfigError
+
+try:  # before anything of torch computes: $FEDALA_LAB_NUMERICS picks the CPU kernels (docs/design.md)
+    _numerics.apply()
+except _ConfigError:
+    pass  # refused in one line where it matters: the CLI and the app check it first, a run's key asks again
 from ._version import __version__
 from .algorithms import Aggregated, Algorithm, Round, Sent, Setup, Trained, Work, Wrapper, register_algorithm
 from .config import DataConfig, RunConfig

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import webapp
+from . import numerics, webapp
 from .algorithms import registry
 from .algorithms.plugins import env_modules, load_plugins
 from .analysis.tables import data_title, sweep_table, table_markdown
@@ -44,7 +44,7 @@ from .experiments.runs import CACHE_MODES, cache_mode, get_or_run
 from .experiments.sweeps import run_sweep
 from .experiments.trackers import CLIENT_ROUNDS, parse_tracker
 from .params import Bool, Float, Int
-from .record.run import json_safe
+from .record.run import computed_on, json_safe, served_note
 from .record.store import RunStore
 from .reproduce import FIGURES, default_out, run_figures, save_sweep
 
@@ -179,7 +179,10 @@ def cmd_run(args) -> int:
         s = run.summary()
         row = {"algo": cfg.algo, "best_acc": s["best_acc"], "final_acc": s["final_acc"], "rounds": s["rounds"],
                "seconds": s["seconds"], "bytes_up": s["bytes_up"], "bytes_down": s["bytes_down"],
-               "status": s["status"], "run_dir": str(run.path)}
+               "status": s["status"], "run_dir": str(run.path), "served": run.served,
+               "computed_on": computed_on(run)}
+        if run.served and not args.json and args.no_progress:  # get_or_run said it beside its progress bar
+            sys.stderr.write(f"fedala-lab: {served_note(run)}\n")
         for key in ("capped_clients", "untrained_clients"):
             if s.get(key):
                 row[key] = s[key]
@@ -549,6 +552,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         check_environment()  # a bad $FEDALA_LAB_… is refused before any work, whatever the command
+        numerics.apply()  # $FEDALA_LAB_NUMERICS: a mode this machine can hold, or one line saying why not
         env_modules()  # $FEDALA_LAB_PLUGINS: module names, or one line saying what it may hold
         if getattr(args, "plugin", None):  # before any algorithm name is checked
             load_plugins([m for item in args.plugin for m in item.split(",")], paths=[os.getcwd()])

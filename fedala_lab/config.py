@@ -38,6 +38,7 @@ from .data.config import (  # noqa: F401 - re-exported: a config's data settings
 from .errors import ConfigError, ConfigFileError
 from .fingerprint import code_fingerprint, package_fingerprint
 from .models import CUSTOM_PREFIX, MODELS
+from .numerics import platform_id
 from .params import (
     Allowed,
     Bool,
@@ -318,13 +319,26 @@ class RunConfig:
         return d
 
     def code(self) -> dict[str, str]:
-        """The code that computes this config's run (docs/design.md#run-identity): ``package``, fedala_lab's
-        computing modules and the Python/torch/numpy versions; ``algorithm``, the code of a registered
-        algorithm defined outside fedala_lab (its class along the MRO, or its build function), and of any
-        such modifier it takes ("" for the built-ins)."""
+        """What computes this config's run besides its settings (docs/design.md#run-identity): ``package``,
+        fedala_lab's computing modules and the Python/torch/numpy versions; ``algorithm``, the code of a
+        registered algorithm defined outside fedala_lab (the code it can reach: see fingerprint.py), and of any
+        such modifier it takes ("" for the built-ins); ``platform``, the arithmetic of the device it runs on
+        here (:func:`fedala_lab.numerics.platform_id`: CPU kernels or GPU model)."""
         algo = self.algorithm
         own = [code_fingerprint(algo.base.build), *(code_fingerprint(m.wrap) for m in algo.modifiers)]
-        return {"package": package_fingerprint(), "algorithm": "+".join(f for f in own if f)}
+        return {"package": package_fingerprint(), "algorithm": "+".join(f for f in own if f),
+                "platform": self.platform()}
+
+    def platform(self) -> str:
+        """:func:`fedala_lab.numerics.platform_id` of the device this config runs on here (``device`` resolved;
+        a device this machine lacks is named as asked, ``"<device>:absent"``)."""
+        from .compute.device import resolve_device
+
+        try:
+            device = resolve_device(self.device)
+        except ConfigError:
+            return f"{self.device}:absent"
+        return platform_id(device)
 
     def key(self) -> str:
         """12 hex digits of the SHA-256 of the canonical config and of :meth:`code`: same key ⇒ same result.
@@ -351,6 +365,30 @@ class RunConfig:
         algo = self.algo.replace("+", "_")
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in ds)
         return f"{algo}-{safe}{part}-n{data.num_clients}-r{self.rounds}-s{self.seed}"
+
+
+class HorizonWatched(RunConfig):
+    """A run's config as its algorithm sees it (``setup.cfg``, ``rnd.cfg``): the same values, and a note of
+    whether the algorithm read ``rounds``, the run's total. Round t of a run that never reads it depends on the
+    earlier rounds only, so the run store may continue it to more rounds or cut it to fewer; a run that read
+    it is its own length (experiments/prefix.py refuses to branch another length from it). Reading it through
+    a method of the config (``cfg.key()``, ``cfg.replace(…)``) counts too: safe, if imprecise."""
+
+    def __getattribute__(self, name):
+        if name == "rounds":
+            object.__setattr__(self, "_horizon_read", True)
+        return super().__getattribute__(name)
+
+    @property
+    def horizon_read(self) -> bool:
+        return self.__dict__.get("_horizon_read", False)
+
+
+def watch_horizon(cfg: RunConfig) -> HorizonWatched:
+    """``cfg`` as a :class:`HorizonWatched`, nothing read yet."""
+    watched = object.__new__(HorizonWatched)
+    watched.__dict__.update({f.name: cfg.__dict__[f.name] for f in fields(RunConfig)})
+    return watched
 
 
 _MISSING = object()

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from .errors import ConfigError
-from .fingerprint import code_fingerprint, content_hash
+from .fingerprint import code_fingerprint, content_hash, value_fingerprint
 
 # Names a config's ``model`` takes ("auto": FedAvgCNN from 28×28 images up, SmallCNN for smaller ones, the MLP
 # for anything else). FastText needs text data: pass it as a module, simulate(cfg, model=FastText(...), data=…).
@@ -207,10 +207,10 @@ def num_parameters(model: nn.Module) -> int:
 
 def fingerprint(model: nn.Module) -> str:
     """16 hex digits of the SHA-256 of a module's architecture (its ``repr``: layers and their sizes), the code of
-    every module class in it defined outside torch and fedala_lab (``forward`` and the rest:
-    :func:`~fedala_lab.fingerprint.code_fingerprint`) and every parameter and buffer (name, dtype, shape,
-    values): what names a custom model in a run key. Computed at every call (once per call that gets a run), so
-    an edited class is a new model."""
+    every module class in it defined outside torch and fedala_lab (``forward`` and all the code it can reach:
+    :func:`~fedala_lab.fingerprint.code_fingerprint`), every parameter and buffer (name, dtype, shape, values)
+    and each submodule's own attributes (a scale set in ``__init__``, hooks): what names a custom model in a
+    run key. Computed at every call (once per call that gets a run), so an edited class is a new model."""
     return content_hash(model, "model", lambda: _model_hash(model))
 
 
@@ -224,6 +224,9 @@ def _model_hash(model: nn.Module) -> str:
         t = t.detach().cpu().contiguous()
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
         h.update(t.numpy().tobytes() if t.dtype != torch.bfloat16 else t.float().numpy().tobytes())
+    for name, m in model.named_modules():  # what else each holds: settings, non-persistent buffers, hooks
+        own = {k: v for k, v in vars(m).items() if k not in ("_parameters", "_modules")}
+        h.update(f"{name}|{value_fingerprint(own)}".encode())
     return h.hexdigest()[:16]
 
 

@@ -127,7 +127,8 @@ def test_train_curves_summary_progress_and_cache(app):
 
     rec2 = Progress()
     *_, table2, status2 = app.train(["fedavg", "fedala"], **SMALL, progress=rec2)
-    assert set(table2["source"]) == {"run store"} and "(2 from the run store)" in status2
+    assert set(table2["source"]) == {"run store"} and "(2 served from the run store: " in status2
+    assert f"on {runs[0].config.platform()}" in status2  # where the served runs were computed, and when
     assert not [d for d in rec2.descs if "accuracy" in d]  # nothing simulated
     assert table2["best acc % (pooled)"].tolist() == table["best acc % (pooled)"].tolist()
 

@@ -179,7 +179,7 @@ def test_partition_and_train_through_the_api(server, client):
     # the same settings again: served from the run store
     *_, summary2, status2 = client.predict(["fedavg", "fedala"], **SMALL, api_name="/train")
     assert {r["source"] for r in _rows(summary2)} == {"run store"}
-    assert "2 from the run store" in status2
+    assert "2 served from the run store" in status2
 
     # and the Runs tab lists and reloads them, by name only
     table, _, fig, details, _ = client.predict("", api_name="/runs")

@@ -56,7 +56,7 @@ def test_a_click_side_by_side_equals_the_click_in_one_process(apps):
         assert name in last
     # asked again: all from the store, nothing computed
     *_, table2, status2 = side.train(ALGOS, **APP_SMALL, progress=Progress())
-    assert set(table2["source"]) == {"run store"} and "(3 from the run store)" in status2
+    assert set(table2["source"]) == {"run store"} and "(3 served from the run store: " in status2
 
 
 def test_stop_side_by_side_keeps_checkpoints_and_run_again_resumes(apps):
@@ -105,7 +105,7 @@ def test_one_run_or_stored_runs_stay_in_the_apps_process(apps, monkeypatch):
     assert any("FedProx: round 5/5 · accuracy" in (d or "") for _, d in rec.calls)
     # one run left to compute, the other stored: in this process too
     *_, status = side.train(["fedprox", "fedavg"], **{**APP_SMALL, "seed": 9}, progress=Progress())
-    assert status.startswith("2 run(s) in") and "(1 from the run store)" in status
+    assert status.startswith("2 run(s) in") and "(1 served from the run store: " in status
 
 
 @pytest.mark.parametrize("value, expected", [("1", 1), ("3", 3), (2, 2)])

@@ -55,3 +55,29 @@ def test_an_algorithm_that_reads_the_horizon_is_never_continued(ragged, tmp_path
     longer = _get(cfg.replace(rounds=5), store, ragged)
     assert "branched_from" not in longer.meta
     assert_same_stored_run(longer, _get(cfg.replace(rounds=5), fresh, ragged), store, fresh)
+
+
+class ReadsRoundsLate(fl.Algorithm):
+    """FedAvg that reads ``rnd.cfg.rounds`` only from round 4 on: a 3-round run never read it."""
+
+    def aggregate(self, rnd, senders):
+        mean = rnd.weighted_mean(senders)
+        w = rnd.t / rnd.cfg.rounds if rnd.t >= 4 else 1.0
+        return fl.Aggregated({n: g + w * (mean.params[n] - g) for n, g in rnd.global_params.items()}, mean.bytes)
+
+
+@pytest.mark.parametrize("undeclared", [ToTheEnd, ReadsRoundsLate])
+def test_an_undeclared_read_of_the_horizon_is_noticed(undeclared, ragged, tmp_path):
+    """A plugin that reads ``cfg.rounds`` without saying so (horizon_free left True): the store sees the read.
+    Read from round 1 (ToTheEnd), its stored run is never continued: the longer run is computed afresh and equals
+    a fresh one. Read only after the stored rounds (ReadsRoundsLate), the stored rounds never depended on it:
+    continued, and still equal to a fresh run."""
+    fl.register_algorithm("undeclared-horizon", undeclared, modifiers=())
+    cfg = small_cfg(algo="undeclared-horizon")
+    store, fresh = RunStore(tmp_path / "a"), RunStore(tmp_path / "b")
+    short = _get(cfg.replace(rounds=3), store, ragged)
+    assert short.meta["reads_horizon"] is (undeclared is ToTheEnd)
+    longer = _get(cfg.replace(rounds=5), store, ragged)
+    assert ("branched_from" in longer.meta) is (undeclared is ReadsRoundsLate)
+    assert longer.meta["reads_horizon"]
+    assert_same_stored_run(longer, _get(cfg.replace(rounds=5), fresh, ragged), store, fresh)

@@ -234,3 +234,33 @@ def test_every_partition_setting_the_split_uses_is_in_the_key():
     assert da.train_sizes.tolist() != db.train_sizes.tolist()
     assert a.key() != b.key()
     assert a.replace(partition="iid").key() == b.replace(partition="iid").key()  # IID never reads it
+
+
+def test_identical_custom_data_under_two_names_are_two_runs_each_stored_once(tmp_path):
+    store = RunStore(tmp_path)
+    cfg = _tiny(algo="fedavg")
+    base = fl.FederatedData.from_config(cfg.data)
+
+    def named(name):
+        return fl.FederatedData.from_arrays(
+            train=[(base.train_x[a:b].numpy(), base.train_y[a:b].numpy())
+                   for a, b in zip(base.train_offsets[:-1], base.train_offsets[1:])],
+            test=[(base.test_x[a:b].numpy(), base.test_y[a:b].numpy())
+                  for a, b in zip(base.test_offsets[:-1], base.test_offsets[1:])],
+            num_classes=base.num_classes, name=name)
+
+    first, second = _get(cfg, store, data=named("mine")), _get(cfg, store, data=named("yours"))
+    assert first.path != second.path and first.config.key() != second.config.key()  # the name is in the key
+    assert first.rounds["acc"].tolist() == second.rounds["acc"].tolist()
+    again = _get(cfg, store, data=named("yours"))
+    assert again.served and again.path == second.path  # stored once under each name, then served
+    assert len([d for d in store.root.iterdir() if not d.name.startswith(".")]) == 2
+
+
+def test_fig5_on_a_run_without_train_losses_says_what_to_set(tmp_path):
+    from fedala_lab.analysis.curves import convergence_frame
+    from fedala_lab.errors import DataError
+
+    run = _get(_tiny(algo="fedavg", record_train_loss=False), RunStore(tmp_path))
+    with pytest.raises(DataError, match=r"record_train_loss=True: get_or_run\(cfg.replace\(record_train_loss=True\)\)"):
+        convergence_frame([run])

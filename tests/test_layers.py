@@ -24,7 +24,8 @@ LAYERS = {
     "fedala_lab.params": 1,
     "fedala_lab.environ": 1,
     "fedala_lab._version": 1,
-    "fedala_lab.fingerprint": 1,  # what names code in a run key: reads files and code objects, imports no module of ours
+    "fedala_lab.fingerprint": 1,
+    "fedala_lab.numerics": 1,  # which CPU kernels compute (torch imported only inside its functions)  # what names code in a run key: reads files and code objects, imports no module of ours
     # 2: data (with its config) and models; and compute/, the primitives the algorithms build on (derived random
     # generators, batch plans, the per-client step functions and the backends that run them over clients)
     "fedala_lab.data": 2,
@@ -58,6 +59,7 @@ LAYERS = {
 SIDEWAYS = {
     ("fedala_lab.params", "fedala_lab.errors"): "a bad setting is a ConfigError",
     ("fedala_lab.environ", "fedala_lab.errors"): "a bad environment variable is a ConfigError",
+    ("fedala_lab.numerics", "fedala_lab.errors"): "a numerics mode that cannot hold is a ConfigError",
     ("fedala_lab.engine", "fedala_lab.record"): "a simulation returns a Run",
     ("fedala_lab.cli", "fedala_lab.webapp"): "`fedala-lab app` starts the app",
 }

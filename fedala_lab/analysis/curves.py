@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import algo_label
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
 
 # per-round columns of Run.rounds that make sense as curves, with their axis label (accuracies are percent)
 ROUND_METRICS = {
@@ -110,8 +110,7 @@ def convergence_frame(runs: Iterable, labels=None) -> pd.DataFrame:
     for run, label in zip(runs, unique_labels(runs, labels)):
         r = run.rounds.dropna(subset=["init_loss", "trained_loss"], how="all")
         if r.empty:
-            raise ConfigError("record_train_loss", run.config.record_train_loss,
-                              "true: Fig. 5 needs the train loss of initialised and trained models")
+            raise _no_train_loss(run, "Fig. 5 needs the train-split loss of the initialised and trained models")
         parts.append(pd.DataFrame({"label": label, "algo": run.config.algo, "round": r["round"].to_numpy(),
                                    "init_loss": r["init_loss"].to_numpy(),
                                    "trained_loss": r["trained_loss"].to_numpy()}))
@@ -193,12 +192,18 @@ def mean_after(run, K: int, client: int | None = None) -> float:
     return float(c.loc[(c["client"] == client) & (c["round"] > K), "test_acc"].mean())
 
 
+def _no_train_loss(run, need: str) -> DataError:
+    """What to set when a run recorded no train-split losses (recording only: the result stays the same)."""
+    return DataError(f"the {run.config.algo} run recorded no train-split losses: {need}. Ask for it with "
+                     "record_train_loss=True: get_or_run(cfg.replace(record_train_loss=True)), or --set "
+                     "record_train_loss=true (a stored run without them is recomputed with them, the same result)")
+
+
 def _client_table(run, column: str) -> pd.DataFrame:
     """rounds × clients of a per-client column, evaluated rounds only (NaN where a client has no value)."""
     c = run.clients.dropna(subset=[column])
     if c.empty:
-        raise ConfigError("record_train_loss", run.config.record_train_loss,
-                          "true: the per-client view of Fig. 5 needs the clients' train-split losses")
+        raise _no_train_loss(run, "the per-client view of Fig. 5 needs the clients' train-split losses")
     return c.pivot(index="round", columns="client", values=column).sort_index()
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from ..errors import ConfigError
+from ..numerics import describe
 
 
 def resolve_device(name: str) -> torch.device:
@@ -109,6 +110,7 @@ def environment(device: torch.device) -> dict:
         }
     env = dict(_ENV_CACHE["base"])
     env["device"] = str(device)
+    env["numerics"] = describe(device)
     if device.type == "cuda":
         env["device_name"] = torch.cuda.get_device_name(device)
     else:

@@ -43,7 +43,7 @@ from ..compute import rng
 from ..compute.backends import make_backend
 from ..compute.device import cpu_threads, environment, keep_freed_memory, resolve_device
 from ..compute.workers import WorkerBackend, WorkerPool, worker_count
-from ..config import DataConfig, RunConfig
+from ..config import DataConfig, RunConfig, watch_horizon
 from ..data.federated import FederatedData
 from ..errors import ConfigError, RunCancelled
 from ..models import CUSTOM_PREFIX, build_model, fingerprint, num_parameters
@@ -111,7 +111,10 @@ class Simulation:
             fused_linear = cfg.backend == "auto" and name == "workers"
         backend = self._make_backend(name, chunk_clients, workers, channels_last, fused_linear, graphs)
         n = self.num_clients
-        self.setup = Setup(cfg, self.model, self.data, tracked=cfg.clients_to("track_clients", n), backend=backend,
+        # the algorithm sees the config through a watch: whether it reads the run's total rounds decides
+        # whether the store may continue this run to another length (reads_horizon)
+        self.setup = Setup(watch_horizon(cfg), self.model, self.data, tracked=cfg.clients_to("track_clients", n),
+                           backend=backend,
                            chunk_clients=chunk_clients, channels_last=bool(channels_last) and name == "workers",
                            graphs=graphs)
         self.algo = cfg.algorithm.build(self.setup)  # checks what it needs of the model (ALA's p…)
@@ -127,6 +130,7 @@ class Simulation:
         self.seconds = 0.0
         self.recorder = self._recorder()
         self.branched_from: dict | None = None  # the stored run and round this run started from (start_from)
+        self._horizon_read_before = False  # read by the part of this run a checkpoint holds
         self.state = self.algo.init_state(self.setup)  # the algorithm's, opaque
 
     def _template(self, cfg: RunConfig, model: nn.Module | None) -> nn.Module:
@@ -278,6 +282,12 @@ class Simulation:
             bar.close()
         return self.to_run()
 
+    @property
+    def reads_horizon(self) -> bool:
+        """Whether this run's algorithm has read ``cfg.rounds`` (config.HorizonWatched): then its rounds depend
+        on its length and the store never continues it to another."""
+        return self._horizon_read_before or self.setup.cfg.horizon_read
+
     def run_round(self, t: int) -> dict:
         """Round ``t`` (engine/rounds.py) on every client at once; returns the round's row."""
         start = rounds.begin(self, t)
@@ -298,6 +308,7 @@ class Simulation:
             "param_shapes": {k: list(v.shape[1:]) for k, v in self.local_params.items()},
             **self.algo.meta(self.state),
             "untrained_clients": list(self.untrained),
+            "reads_horizon": self.reads_horizon,
             "seconds": self.seconds,
             "model_bytes": self.setup.param_bytes(),
             "train_sizes": self.train_sizes.tolist(),
@@ -321,6 +332,7 @@ class Simulation:
             "global": self.global_params, "local": self.local_params, "buffers": self.local_buffers,
             "state": state_to_dict(self.state), "recorder": self.recorder.state_dict() if recorder else None,
             "branched_from": self.branched_from, "recording": self._recording(),
+            "reads_horizon": self.reads_horizon,
         }
 
     def _recording(self) -> dict:
@@ -362,6 +374,8 @@ class Simulation:
         self.recorder = recorder
         self.branched_from = {"run": prefix.path.name if prefix.path else prefix.config.slug(), "round": t,
                               "seconds": float(d["seconds"])}
+        # its rounds so far are the prefix's: read with the horizon if the prefix's were (then of this length)
+        self._horizon_read_before = bool(prefix.meta.get("reads_horizon", True))
 
     def load_state_dict(self, d: dict) -> None:
         """Restore a :meth:`state_dict`; raises ValueError (changing nothing) for another config or format."""
@@ -376,6 +390,7 @@ class Simulation:
         self.global_params, self.local_params, self.local_buffers, self.state = glob, local, buffers, state
         self.recorder.load_state_dict(d["recorder"])
         self.branched_from = d.get("branched_from")
+        self._horizon_read_before = bool(d.get("reads_horizon", True))  # unknown: as if read (never continued)
 
     def save_checkpoint(self, path: str | Path, *, recorder: bool = True) -> None:
         """Write atomically: a temporary file in the same folder, then ``os.replace``. ``recorder=False``:

@@ -70,8 +70,9 @@ def prefix_key(cfg: RunConfig, t: int) -> str:
     return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
 
-def refusal(stored: RunConfig, t: int, cfg: RunConfig) -> str:
-    """Why the run of ``cfg`` may not start from the state ``stored``'s run kept at round ``t`` ("" if it may)."""
+def refusal(stored: RunConfig, t: int, cfg: RunConfig, *, read_horizon: bool = False) -> str:
+    """Why the run of ``cfg`` may not start from the state ``stored``'s run kept at round ``t`` ("" if it may).
+    ``read_horizon``: ``stored``'s algorithm read the run's total rounds while it ran (config.HorizonWatched)."""
     if not 1 <= t <= cfg.rounds:
         return f"round {t} is not within the {cfg.rounds} rounds asked for"
     if t == cfg.rounds == stored.rounds and stored.key() == cfg.key():
@@ -80,6 +81,9 @@ def refusal(stored: RunConfig, t: int, cfg: RunConfig) -> str:
         return f"the runs differ before round {t + 1}"
     if stored.rounds != cfg.rounds and not (stored.algorithm.horizon_free and cfg.algorithm.horizon_free):
         return "its algorithm reads the run's total rounds (horizon_free=False): every length is its own run"
+    if stored.rounds != cfg.rounds and read_horizon:
+        return (f"its algorithm read the run's total rounds (cfg.rounds = {stored.rounds}) while it ran: its rounds "
+                "depend on its length, so every length is computed afresh")
     if evaluated(stored, t) != evaluated(cfg, t):
         return (f"round {t} is evaluated by one run only (eval_every={cfg.eval_every}; the last round is always "
                 "evaluated)")
@@ -132,11 +136,12 @@ class Prefix:
 
 def candidates(cfg: RunConfig, stored: Iterable[tuple[Path, RunConfig, dict]], *, after: int = 0) -> list[Prefix]:
     """Every valid (stored run, kept round) for ``cfg`` beyond round ``after``, the latest round first.
-    ``stored``: (folder, config, {round: state file}), as ``RunStore.with_states()`` yields them."""
+    ``stored``: (folder, config, {round: state file}, reads_horizon), as ``RunStore.with_states()`` yields
+    them."""
     out = []
-    for path, scfg, states in stored:
+    for path, scfg, states, read_horizon in stored:
         for t, f in states.items():
-            if t > after and not refusal(scfg, t, cfg):
+            if t > after and not refusal(scfg, t, cfg, read_horizon=read_horizon):
                 out.append(Prefix(Path(path), scfg, t, Path(f)))
     out.sort(key=lambda p: (-p.round, not extends(p.config, cfg), p.name))
     return out
@@ -172,5 +177,5 @@ def rounds_to_compute(cfgs: Iterable[RunConfig], store) -> int:
             continue
         found = candidates(cfg, known)
         total += cfg.rounds - (found[0].round if found else 0)
-        known.append((Path("(planned)"), cfg, {t: Path("(planned)") for t in cfg.kept_rounds()}))
+        known.append((Path("(planned)"), cfg, {t: Path("(planned)") for t in cfg.kept_rounds()}, False))
     return total

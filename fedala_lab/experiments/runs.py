@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import sys
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -25,7 +26,7 @@ import pandas as pd
 from ..config import RunConfig
 from ..errors import ConfigError, DataError, TrainingDiverged
 from ..fingerprint import hashed_once_per_call
-from ..record.run import Run
+from ..record.run import Run, served_note
 from ..record.store import RunStore, open_store
 from .plans import comparison_configs, fig4_configs
 from .prefix import extends, find_prefix, state_carry
@@ -116,7 +117,7 @@ def get_or_run(cfg: RunConfig, store: RunStore | RunCache | str | Path | None = 
     if not force:
         hit, _ = store.outcome(cfg)
         if usable(hit):
-            return hit
+            return _served(hit, progress)
     if data is None:
         check_partition(cfg)  # the paper's MNIST partition, when missing: where it comes from, in one line
     sim = Simulation(cfg, data, model=model, workers=workers)  # every check of the config, before any write
@@ -125,7 +126,7 @@ def get_or_run(cfg: RunConfig, store: RunStore | RunCache | str | Path | None = 
         if not force:
             hit, st = store.outcome(cfg)  # another process may have finished it while we waited
             if usable(hit):
-                return hit
+                return _served(hit, progress)
         replace = force or (st is not None and st.state != "absent")
         ckpt = store.checkpoint_for(cfg)
         if resume and not replace:
@@ -169,6 +170,13 @@ def get_or_run(cfg: RunConfig, store: RunStore | RunCache | str | Path | None = 
         store.save(run, replace=True, states=states)
         clean_checkpoints(store, cfg, ckpt)
         return run
+
+
+def _served(run: Run, progress: bool) -> Run:
+    """``run``, served from the store: said on stderr where a progress bar would have shown (never silent)."""
+    if progress:
+        print(f"fedala_lab: {served_note(run)}", file=sys.stderr, flush=True)
+    return run
 
 
 def run_unsaved(cfg: RunConfig, *, data=None, model=None, progress: bool = False, callback: Callable | None = None,

@@ -79,6 +79,8 @@ class Run:
     path: Path | None = None
     # the algorithms' tidy tables (Round.record): name -> DataFrame
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    # handed out from a run store rather than computed by this call (never saved; see served_note)
+    served: bool = False
 
     @property
     def ala(self) -> pd.DataFrame:
@@ -177,6 +179,7 @@ class Run:
         record/store.py), listed in the manifest under "states" with their sizes and hashes. They are optional
         extras: loading the run neither needs nor checks them; whoever reads one checks it."""
         d = Path(directory)
+        self.meta.setdefault("saved_at", _utc_now())
         (d / "config.json").write_text(json.dumps(self.config.to_dict(), indent=2, sort_keys=True))
         self.clients.to_csv(d / "clients.csv", index=False)
         self.rounds.to_csv(d / "rounds.csv", index=False)
@@ -190,6 +193,8 @@ class Run:
         manifest = {
             "format": FORMAT_VERSION, "key": self.config.key(), "status": self.status,
             "message": self.message, "summary": self.summary(),
+            # whether its algorithm read the run's total rounds: then no other length branches from it
+            "reads_horizon": bool(self.meta.get("reads_horizon", True)),
             "files": {n: {"bytes": (d / n).stat().st_size, "sha256": _sha256(d / n)} for n in names},
             "tables": tables,
         }
@@ -244,6 +249,31 @@ class Run:
         s = self.summary()
         return (f"Run({s['algo']}, rounds={s['rounds']}, best={s['best_acc']:.2f}%, "
                 f"final={s['final_acc']:.2f}%, status={self.status}, path={self.path})")
+
+
+def _utc_now() -> str:
+    import datetime
+
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def computed_on(run: Run) -> str:
+    """Where and when ``run`` was computed, in words: the date it was saved, the platform that computed it
+    (:func:`fedala_lab.numerics.platform_id`), the CPU or GPU and torch's version, as its records say."""
+    env = run.meta.get("env", {})
+    num = env.get("numerics", {})
+    platform = num.get("platform") or run.meta.get("code", {}).get("platform") or "an unrecorded platform"
+    where = num.get("cpu") if str(env.get("device", "cpu")).startswith("cpu") else env.get("device_name")
+    when = run.meta.get("saved_at", "at an unrecorded time")
+    return (f"computed {when} on {platform}" + (f" ({where})" if where else "")
+            + (f", torch {env['torch']}" if env.get("torch") else ""))
+
+
+def served_note(run: Run) -> str:
+    """The line that says a run came from the store, not from this call: its folder, key and
+    :func:`computed_on`."""
+    name = run.path.name if run.path is not None else run.config.slug()
+    return f"{run.algo}: served from the run store: {name} (key {run.config.key()}), {computed_on(run)}"
 
 
 def load_run(path: str | Path) -> Run:

@@ -132,10 +132,12 @@ class RunStore:
         if st.state != "complete" and not (diverged and st.state == "diverged"):
             return None
         try:
-            return Run.load(st.path)
+            run = Run.load(st.path)
         except DataError as err:
             warnings.warn(f"{err}; it will be recomputed", stacklevel=2)
             return None
+        run.served = True
+        return run
 
     def outcome(self, cfg: RunConfig) -> tuple[Run | None, Stored]:
         """What asking for ``cfg`` gets from the store: (the finished run or None, its :meth:`status`).
@@ -177,8 +179,9 @@ class RunStore:
             raise DataError(f"the engine state {f} cannot be read: {type(err).__name__}: {err}") from None
 
     def with_states(self):
-        """(folder, config, {round: state file}) of every finished run that keeps engine states: the runs a new
-        run may branch from. Unreadable folders are skipped."""
+        """(folder, config, {round: state file}, reads_horizon) of every finished run that keeps engine states:
+        the runs a new run may branch from (``reads_horizon``: its algorithm read the run's total rounds, so
+        only a run of its length may). Unreadable folders are skipped."""
         if not self.root.is_dir():
             return
         for d in sorted(self.root.iterdir()):
@@ -192,7 +195,7 @@ class RunStore:
             except (OSError, ValueError):
                 continue
             if cfg.key() == manifest.get("key"):
-                yield d, cfg, self.states(d)
+                yield d, cfg, self.states(d), bool(manifest.get("reads_horizon", True))
 
     def load(self, name: str) -> Run:
         """Load a run by folder name. Only folders directly inside the store can be reached."""

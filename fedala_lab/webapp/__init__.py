@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 
+from .. import numerics
 from ..environ import check_environment
 from .env import default_store_root, offline_env
 
@@ -93,6 +94,7 @@ def launch(
         raise ConfigError("concurrency", concurrency, "an integer >= 1")
     processes = app_processes(processes)
     check_environment()
+    numerics.apply()
     _check_free(host, port)  # before building the page and warming up: seconds a taken port would waste
     import torch
 

@@ -32,7 +32,7 @@ from ..config import algo_label
 from ..errors import FedalaError, FilesMissing, RunCancelled, SplitFailed
 from ..experiments.pool import RunPool, to_compute
 from ..experiments.runs import RunCache
-from ..record.run import Run
+from ..record.run import Run, computed_on
 from ..record.store import RunStore
 from .env import default_store_root
 from .settings import DATA_FIELDS, TRAIN_FIELDS
@@ -370,11 +370,19 @@ def stopped_status(stopped: Run, runs: list, places: dict, asked: int) -> str:
 
 
 def finished_status(got: Fetched, seconds: float, what: str = "run(s)") -> str:
-    """The status line of a job: how many runs, how long, how many came from the store (or why it stopped)."""
+    """The status line of a job: how many runs, how long, which were served from the store and where and when
+    those were computed (never silent: a stale answer would show its date and platform), or why it stopped."""
     if got.status:
         return got.status
-    n_cached = sum(got.cached)
-    return f"{len(got.runs)} {what} in {seconds:.1f} s" + (f" ({n_cached} from the run store)" if n_cached else "") + "."
+    line = f"{len(got.runs)} {what} in {seconds:.1f} s"
+    served: dict[str, list[str]] = {}  # where and when -> the runs computed there
+    for run, cached in zip(got.runs, got.cached):
+        if cached:
+            served.setdefault(computed_on(run), []).append(algo_label(run.config.algo))
+    if not served:
+        return line + "."
+    said = "; ".join(f"{', '.join(names)} {where}" for where, names in served.items())
+    return f"{line} ({sum(got.cached)} served from the run store: {said})."
 
 
 def run_label(run: Run) -> str:
