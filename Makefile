@@ -35,8 +35,9 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow and not browser" --ignore=tests/test_notebooks.py
 
+# portable numerics: the numbers README.md shows, on every x86-64 CPU with AVX2 (docs/design.md)
 run: $(STAMP)
-	$(BIN)/fedala-lab run --preset teach --algos fedavg,fedprox,fedala
+	FEDALA_LAB_NUMERICS=portable $(BIN)/fedala-lab run --preset teach --algos fedavg,fedprox,fedala
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/round_time.py
