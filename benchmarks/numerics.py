@@ -78,9 +78,9 @@ def main(argv=None) -> int:
     import torch
 
     lines = [f"\n## Portable numerics: cost and stability (`numerics.py`, {time.strftime('%Y-%m-%d')})\n",
-             f"{platform.processor() or platform.machine()} · {os.cpu_count()} CPUs · torch {torch.__version__} · "
-             f"{args.repeats} interleaved repeats, each mode in a fresh process · load average {load0:.2f} before, "
-             f"{load1:.2f} after. Seconds: the runs' own simulation clocks (no process start), medians.\n",
+             (f"{platform.processor() or platform.machine()} · {os.cpu_count()} CPUs · torch {torch.__version__} · "
+              f"{args.repeats} interleaved repeats, each mode in a fresh process · load average {load0:.2f} before, "
+              f"{load1:.2f} after. Seconds: the runs' own simulation clocks (no process start), medians.\n"),
              "| case | native s | portable s | portable / native (median of pairs, min–max) | repeats give one result |",
              "|---|---:|---:|---|---|"]
     for name, nat, por, r, lo, hi in rows:

@@ -97,7 +97,7 @@ def test_pooled_accuracy_is_weighted_by_test_size(ragged):
     _, run = run_sim(small_cfg(algo="fedala"), ragged)
     for t, g in run.clients.groupby("round"):
         row = run.rounds.set_index("round").loc[t]
-        assert row["acc"] == g["test_correct"].sum() / g["test_num"].sum()  # the same division: exactly
+        assert row["acc"] == 100 * g["test_correct"].sum() / g["test_num"].sum()  # the same division: exactly
         assert row["acc_std"] == np.std(g["test_acc"])
         assert g["test_num"].tolist() == [9, 5, 11, 4, 8]
     assert run.rounds["best_acc"].is_monotonic_increasing

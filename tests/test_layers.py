@@ -217,6 +217,8 @@ def test_record_analysis_and_figures_never_run_anything():
 DYNAMIC = {
     "fedala_lab.algorithms.plugins": "imports the user's plugin modules (--plugin, $FEDALA_LAB_PLUGINS): "
                                      "outside the package",
+    "fedala_lab.fingerprint": "loads a module of the user's that their code imports inside a function, to hash it "
+                              "(a run key): outside the package",
 }
 
 

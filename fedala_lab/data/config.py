@@ -161,16 +161,13 @@ class DataConfig:
 
     def canonical(self) -> dict:
         """The fields that decide the clients' data: no folder, no download switch, and only the partition
-        fields a partition uses; a directory or custom data is named by its content hash and by the name its
-        run folder shows (custom data's name, a directory's own name, never where it lies): the same content
-        under two names is two runs, each in its own folder."""
+        fields a partition uses; a directory or custom data is named by its content hash, not by its name or
+        where it lies (the run store keeps the same content under two names once: RunStore.dir_for)."""
         d = dataclasses.asdict(self)
         for k in ("root", "download"):
             d.pop(k)
-        if self.directory is not None:
-            d["dataset"] = f"{self.dataset.split(':', 1)[0]}:{Path(self.directory).name}"
-        elif self.is_custom:
-            d["dataset"] = self.dataset
+        if self.directory is not None or self.is_custom:
+            d["dataset"] = self.dataset.split(":", 1)[0]  # pfllib, pfllib-pool or custom: the content names it
         else:
             d.pop("content")
         if self.comes_partitioned:

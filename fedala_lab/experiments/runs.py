@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import sys
@@ -117,7 +118,7 @@ def get_or_run(cfg: RunConfig, store: RunStore | RunCache | str | Path | None = 
     if not force:
         hit, _ = store.outcome(cfg)
         if usable(hit):
-            return _served(hit, progress)
+            return _served(hit, cfg, progress)
     if data is None:
         check_partition(cfg)  # the paper's MNIST partition, when missing: where it comes from, in one line
     sim = Simulation(cfg, data, model=model, workers=workers)  # every check of the config, before any write
@@ -126,7 +127,7 @@ def get_or_run(cfg: RunConfig, store: RunStore | RunCache | str | Path | None = 
         if not force:
             hit, st = store.outcome(cfg)  # another process may have finished it while we waited
             if usable(hit):
-                return _served(hit, progress)
+                return _served(hit, cfg, progress)
         replace = force or (st is not None and st.state != "absent")
         ckpt = store.checkpoint_for(cfg)
         if resume and not replace:
@@ -172,11 +173,13 @@ def get_or_run(cfg: RunConfig, store: RunStore | RunCache | str | Path | None = 
         return run
 
 
-def _served(run: Run, progress: bool) -> Run:
-    """``run``, served from the store: said on stderr where a progress bar would have shown (never silent)."""
+def _served(run: Run, cfg: RunConfig, progress: bool) -> Run:
+    """``run``, served from the store for ``cfg``: said on stderr where a progress bar would have shown (never
+    silent); with ``cfg``'s own settings where the stored run names the same computation otherwise (custom data
+    under another name: same key, same result)."""
     if progress:
         print(f"fedala_lab: {served_note(run)}", file=sys.stderr, flush=True)
-    return run
+    return run if run.config == cfg else dataclasses.replace(run, config=cfg)
 
 
 def run_unsaved(cfg: RunConfig, *, data=None, model=None, progress: bool = False, callback: Callable | None = None,

@@ -87,7 +87,14 @@ class RunStore:
         return f"{cfg.slug()}-{cfg.key()}"
 
     def dir_for(self, cfg: RunConfig) -> Path:
-        return self.root / self.name_for(cfg)
+        """The folder of ``cfg``'s run: ``<slug>-<key>``, or a finished folder of the same key under another
+        slug — the same computation named otherwise (custom data, or a ``pfllib:`` folder, of identical content
+        under another name) is stored once."""
+        d = self.root / self.name_for(cfg)
+        if d.exists() or not self.root.is_dir():
+            return d
+        same = sorted(p for p in self.root.glob(f"*-{cfg.key()}") if (p / "manifest.json").is_file())
+        return same[0] if same else d
 
     def checkpoint_for(self, cfg: RunConfig) -> Path:
         return self.root / ".checkpoints" / f"{self.name_for(cfg)}.pt"
