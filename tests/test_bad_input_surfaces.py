@@ -220,6 +220,8 @@ def test_processes_beyond_the_machine_are_refused_with_the_range(monkeypatch, tm
                                           rf"{most}"):
         processes_setting("auto")
     monkeypatch.delenv("FEDALA_LAB_PROCESSES")
+    with pytest.raises(ConfigError, match=rf"processes=1000 is not allowed: a whole number from 1 to {most}"):
+        pool_mod.RunPool(1000, tmp_path / "store")  # the app's own (LectureApp(processes=…)) too
     rc, _, err = _cli(["app", "--processes", "1000", "--store", str(tmp_path / "store")], capsys)
     _one_line(rc, err, rf"processes='1000' is not allowed: a whole number from 1 to {most}")
     assert not (tmp_path / "store").exists()

@@ -106,6 +106,7 @@ class RunPool:
     def __init__(self, processes: int, store_root):
         if not isinstance(processes, int) or isinstance(processes, bool) or processes < 2:
             raise ConfigError("processes", processes, "an integer >= 2 (1: compute in the caller's process)")
+        _within_machine("processes", processes, processes)
         self.processes = processes
         self.store_root = str(store_root)
         # spawn, not fork: a forked copy of a process that already runs torch threads can deadlock
@@ -285,6 +286,11 @@ def processes_setting(value) -> int:
             n = 0
         if isinstance(value, bool) or n < 1 or str(n) != str(value).strip():
             raise ConfigError("processes", value, "a whole number >= 1, or auto")
+    return _within_machine(field, value, n)
+
+
+def _within_machine(field: str, value, n: int) -> int:
+    """``n`` processes, or a ConfigError naming ``field`` (given as ``value``) when the machine holds fewer."""
     most, why = most_processes()
     if n > most:
         raise ConfigError(field, value, f"a whole number from 1 to {most} ({why}), or auto")
