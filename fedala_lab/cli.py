@@ -42,7 +42,7 @@ from .experiments.plans import PLAN_NAMES, SWEEPS, SweepSpec, axis_name, sweep_p
 from .experiments.presets import check_partition, preset
 from .experiments.runs import CACHE_MODES, cache_mode, get_or_run
 from .experiments.sweeps import run_sweep
-from .experiments.trackers import CLIENT_ROUNDS, parse_tracker
+from .experiments.trackers import CLIENT_ROUNDS, check_trackers, parse_tracker
 from .params import Bool, Float, Int
 from .record.run import computed_on, json_safe, served_note
 from .record.store import RunStore
@@ -535,12 +535,19 @@ def _add_tracker_flags(p) -> None:
     p.add_argument("--tracker", action="append", default=[], metavar="KIND=DIR",
                    help="log every run to tensorboard=DIR or mlflow=DIR (SQLite DIR/mlflow.db), repeatable; "
                         "pip install 'fedala_lab[tensorboard]' or '[mlflow]' (docs/trackers.md)")
-    p.add_argument("--tracker-clients", default="last", metavar="ROUNDS",
-                   help=f"rounds with per-client metrics: {CLIENT_ROUNDS} (default: last)")
+    p.add_argument("--tracker-clients", default=None, metavar="ROUNDS",
+                   help=f"with --tracker, the rounds with per-client metrics: {CLIENT_ROUNDS} (default: last)")
 
 
 def _trackers(args) -> list:
-    return [parse_tracker(t, clients=args.tracker_clients) for t in args.tracker]
+    """The trackers --tracker names (each destination once), with --tracker-clients, which needs one."""
+    if not args.tracker:
+        if args.tracker_clients is not None:
+            raise ConfigError("tracker_clients", args.tracker_clients, "given with --tracker KIND=DIR, whose "
+                              "per-client rounds it picks (no --tracker is given)")
+        return []
+    clients = "last" if args.tracker_clients is None else args.tracker_clients
+    return check_trackers([parse_tracker(t, clients=clients) for t in args.tracker])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -548,12 +555,16 @@ def main(argv: list[str] | None = None) -> int:
 
     # the library's warnings (clients that never train, capped start phases…) as one line each
     warnings.formatwarning = lambda message, category, *args, **kwargs: f"fedala-lab: warning: {message}\n"
+    try:
+        env_modules()  # $FEDALA_LAB_PLUGINS: module names, or one line saying what it may hold (--help too)
+    except ConfigError as err:
+        sys.stderr.write(f"fedala-lab: error: {err}\n")
+        return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         check_environment()  # a bad $FEDALA_LAB_… is refused before any work, whatever the command
         numerics.apply()  # $FEDALA_LAB_NUMERICS: a mode this machine can hold, or one line saying why not
-        env_modules()  # $FEDALA_LAB_PLUGINS: module names, or one line saying what it may hold
         if getattr(args, "plugin", None):  # before any algorithm name is checked
             load_plugins([m for item in args.plugin for m in item.split(",")], paths=[os.getcwd()])
         return args.func(args)

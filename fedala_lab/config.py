@@ -84,6 +84,12 @@ class _Algorithms(Allowed):
     def text(self) -> str:
         return "one of " + ", ".join(registry.names())
 
+    def why(self, value) -> str:
+        """A malformed ``$FEDALA_LAB_PLUGINS``: why a name may be missing."""
+        from .algorithms.plugins import env_problem
+
+        return env_problem()
+
 
 def _device_name(v) -> bool:
     # the forms torch.device takes that we mean: a GPU index is a whole number >= 0 ("cuda:-1" is refused here,

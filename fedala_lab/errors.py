@@ -7,6 +7,14 @@ it in a ``gr.Error``. Anything else escaping the library is a bug.
 
 from __future__ import annotations
 
+SHOWN = 200  # characters of a value a message shows: a pasted 100,000-character name is not echoed back whole
+
+
+def short_repr(value) -> str:
+    """``repr(value)`` for a message, cut to :data:`SHOWN` characters with its full length said."""
+    text = repr(value)
+    return text if len(text) <= SHOWN else f"{text[:SHOWN]}… ({len(text):,} characters)"
+
 
 class FedalaError(Exception):
     """Base class of the errors fedala_lab raises on purpose (bad input, bad files, diverged runs)."""
@@ -29,7 +37,7 @@ class ConfigError(FedalaError, ValueError):
 
     def __init__(self, field: str, value, allowed: str, hint: str = ""):
         self.field, self.value, self.allowed = field, value, allowed
-        msg = f"{field}={value!r} is not allowed: {allowed}"
+        msg = f"{field}={short_repr(value)} is not allowed: {allowed}"
         super().__init__(msg + (f" ({hint})" if hint else ""))
 
 

@@ -151,8 +151,12 @@ def FastText(vocab_size: int, num_classes: int = 4, hidden_dim: int = 32, paddin
 
 
 def layer_blocks(model: BlockNet) -> list[tuple[str, nn.Module]]:
-    """The model's blocks, bottom to top, that hold parameters (what p counts)."""
-    return [(n, m) for n, m in model.named_children() if any(True for _ in m.parameters())]
+    """The model's blocks, bottom to top, that hold parameters (what p counts). A module without children that
+    holds parameters (a bare ``nn.Linear``: logistic regression) is one block, itself, named ""."""
+    blocks = [(n, m) for n, m in model.named_children() if any(True for _ in m.parameters())]
+    if not blocks and next(model.children(), None) is None and any(True for _ in model.parameters()):
+        return [("", model)]
+    return blocks
 
 
 def num_blocks(model: BlockNet) -> int:
@@ -160,38 +164,37 @@ def num_blocks(model: BlockNet) -> int:
 
 
 def _blocks_for_p(model: nn.Module, p: int) -> list[tuple[str, nn.Module]]:
-    """:func:`layer_blocks`, or a ConfigError naming p where there are none: a bare layer (``nn.Linear`` as
-    logistic regression) has no blocks for p to count."""
+    """:func:`layer_blocks`, or a ConfigError naming p where there are none (a module whose children hold no
+    parameters)."""
     blocks = layer_blocks(model)
     if not blocks:
         raise ConfigError("p", p, f"a model whose children are blocks holding the parameters; this "
-                          f"{type(model).__name__} has none", "wrap it in nn.Sequential(...): one block, p=1")
+                          f"{type(model).__name__} has none", "wrap its layers in nn.Sequential(...)")
     return blocks
 
 
+def _block_names(model: nn.Module, blocks) -> str:
+    return ", ".join(n or f"the whole {type(model).__name__}" for n, _ in blocks)
+
+
 def top_block_start(model: BlockNet, p: int) -> int:
-    """Index (in ``model``'s children) of the lowest block ALA covers for this p."""
+    """Index (in ``model``'s children) of the lowest block ALA covers for this p (0 for a module that is its
+    one block)."""
     blocks = _blocks_for_p(model, p)
     if not 1 <= p <= len(blocks):
-        raise ConfigError("p", p, f"1 <= p <= {len(blocks)} (the model's blocks: "
-                                  + ", ".join(n for n, _ in blocks) + ")")
+        raise ConfigError("p", p, f"1 <= p <= {len(blocks)} (the model's blocks: {_block_names(model, blocks)})")
     first = blocks[len(blocks) - p][0]
-    return [n for n, _ in model.named_children()].index(first)
+    return [n for n, _ in model.named_children()].index(first) if first else 0
 
 
 def ala_param_names(model: nn.Module, p: int, among=None) -> list[str]:
     """Names of the parameters in the top p blocks (those that get element-wise ALA weights); with ``among``,
     the top p of the blocks whose parameters all lie in ``among`` (what a method sends: FedRep's body)."""
-    if among is None:
-        start = top_block_start(model, p)
-        names = [n for n, _ in model.named_children()][start:]
-        return [k for k, _ in model.named_parameters() if k.split(".", 1)[0] in names]
-    among = set(among)
-    every = [(n, [f"{n}.{k}" for k, _ in m.named_parameters()]) for n, m in _blocks_for_p(model, p)]
-    blocks = [(n, ks) for n, ks in every if set(ks) <= among]
+    every = [(n, [f"{n}.{k}" if n else k for k, _ in m.named_parameters()]) for n, m in _blocks_for_p(model, p)]
+    blocks = every if among is None else [(n, ks) for n, ks in every if set(ks) <= set(among)]
     if not 1 <= p <= len(blocks):
         which = "the model's blocks" if len(blocks) == len(every) else "the blocks this method sends"
-        raise ConfigError("p", p, f"1 <= p <= {len(blocks)} ({which}: " + ", ".join(n for n, _ in blocks) + ")")
+        raise ConfigError("p", p, f"1 <= p <= {len(blocks)} ({which}: {_block_names(model, blocks)})")
     return [k for _, ks in blocks[len(blocks) - p:] for k in ks]
 
 

@@ -23,6 +23,8 @@ from typing import Any
 
 from .errors import ConfigError
 
+FLOAT32_MAX = 3.4028234663852886e38  # the largest float32 (torch.finfo(torch.float32).max)
+
 
 class Allowed:
     """What values a parameter may take: ``ok(value)`` and a phrase for messages (``text``)."""
@@ -35,6 +37,10 @@ class Allowed:
     def coerce(self, value):
         """The stored form of an allowed value (a float parameter keeps 80 as 80.0: one config, one key)."""
         return value
+
+    def why(self, value) -> str:
+        """Why ``value`` is refused where :attr:`text` alone would not say (empty: the text says it)."""
+        return ""
 
 
 @dataclass(frozen=True)
@@ -68,11 +74,18 @@ class Float(Allowed):
     def ok(self, value) -> bool:
         if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)):
             return False
+        if abs(value) > FLOAT32_MAX:  # runs compute in float32: torch refuses such a value in a step
+            return False
         return ((self.lo is None or (value > self.lo if self.lo_open else value >= self.lo))
                 and (self.hi is None or (value < self.hi if self.hi_open else value <= self.hi)))
 
     def coerce(self, value):
         return float(value)
+
+    def why(self, value) -> str:
+        big = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and abs(
+            value) > FLOAT32_MAX
+        return f"beyond float32, in which runs compute: at most {FLOAT32_MAX:.4g} in size" if big else ""
 
 
 @dataclass(frozen=True)
@@ -113,6 +126,9 @@ class Optional(Allowed):
 
     def coerce(self, value):
         return None if value is None else self.inner.coerce(value)
+
+    def why(self, value) -> str:
+        return self.inner.why(value)
 
 
 @dataclass(frozen=True)
@@ -155,7 +171,8 @@ class Param:
     def check(self, value):
         """``value`` in its stored form, or a :class:`ConfigError` naming this parameter and what is allowed."""
         if not self.allowed.ok(value):
-            raise ConfigError(self.name, value, self.allowed.text, self.hint)
+            hint = "; ".join(h for h in (self.allowed.why(value), self.hint) if h)
+            raise ConfigError(self.name, value, self.allowed.text, hint)
         return self.allowed.coerce(value)
 
     def shown(self, value) -> str | None:

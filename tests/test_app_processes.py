@@ -108,13 +108,13 @@ def test_one_run_or_stored_runs_stay_in_the_apps_process(apps, monkeypatch):
     assert status.startswith("2 run(s) in") and "(1 served from the run store: " in status
 
 
-@pytest.mark.parametrize("value, expected", [("1", 1), ("3", 3), (2, 2)])
+@pytest.mark.parametrize("value, expected", [("1", 1), ("2", 2), (2, 2)])
 def test_processes_setting(value, expected, monkeypatch):
     assert app_processes(value) == expected
     monkeypatch.delenv("FEDALA_LAB_PROCESSES", raising=False)
     assert 1 <= app_processes("auto") <= 4
-    monkeypatch.setenv("FEDALA_LAB_PROCESSES", "3")  # auto: what the environment says
-    assert app_processes("auto") == 3 and app_processes("2") == 2
+    monkeypatch.setenv("FEDALA_LAB_PROCESSES", "2")  # auto: what the environment says
+    assert app_processes("auto") == 2 and app_processes("1") == 1
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "two", "1.5", "", None, True])

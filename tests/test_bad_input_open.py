@@ -236,10 +236,10 @@ MODELS = [
     ("inputs of another size", "fedavg", lambda: torch.nn.Linear(5, 3),
      r"model='Linear' is not allowed: a module that accepts inputs of shape \(8,\) \(torch.float32\) \(mat1 and "),
     ("an error without a message", "fedavg", _Raises, r"model='_Raises' is not allowed: .* \(RuntimeError\)"),
-    ("ALA on a bare layer", "fedala", lambda: torch.nn.Linear(8, 3),
-     (r"p=1 is not allowed: a model whose children are blocks holding the parameters; this Linear has none "
-     r"\(wrap it in nn.Sequential\(...\): one block, p=1\)")),
-    ("FedRep on a bare layer", "fedrep", lambda: torch.nn.Linear(8, 3), r"p=1 is not allowed: a model whose children"),
+    ("ALA's p=2 on a bare layer", "fedala", lambda: torch.nn.Linear(8, 3),
+     r"p=2 is not allowed: 1 <= p <= 1 \(the model's blocks: the whole Linear\)"),
+    ("FedRep on a bare layer", "fedrep", lambda: torch.nn.Linear(8, 3),
+     r"model='Linear' is not allowed: a model of two blocks or more for FedRep"),
     ("FedRep on one block", "fedrep", lambda: torch.nn.Sequential(torch.nn.Linear(8, 3)),
      r"model='Sequential' is not allowed: a model of two blocks or more for FedRep"),
 ]
@@ -249,7 +249,7 @@ MODELS = [
 def test_a_custom_model_that_cannot_train_is_refused_naming_model(what, algo, make, pattern, tmp_path):
     from fedala_lab.experiments.runs import get_or_run
 
-    cfg = RunConfig(algo=algo, rounds=1, lr=0.1, batch_size=10, device="cpu")
+    cfg = RunConfig(algo=algo, rounds=1, lr=0.1, batch_size=10, device="cpu", **({"p": 2} if "p=2" in what else {}))
     with pytest.raises(ConfigError, match=pattern):
         get_or_run(cfg, tmp_path / "store", data=_separable(clients=2), model=make(), progress=False)
     assert not (tmp_path / "store").exists()

@@ -133,7 +133,8 @@ class Broken(fl.Algorithm):
 def test_a_sweep_with_a_failed_run_raises_and_keeps_what_finished(tmp_path):
     fl.register_algorithm("broken", Broken, modifiers=())
     spec = SweepSpec(fl.preset("teach-digits", rounds=2), grid={"algo": ["fedavg", "broken"]})
-    with pytest.raises(SweepFailed, match=r"1 of 2 runs of sweep .* failed; the first, broken-.*: RuntimeError: my bug"):
+    with pytest.raises(SweepFailed, match=(r"1 of 2 runs of sweep .* failed; the first, broken-.*: broken's aggregate "
+                                          r"hook raised RuntimeError: my bug \(test_plugins.py, line \d+\)")):
         run_sweep(spec, store=tmp_path, workers=1, progress=False)
     try:
         run_sweep(spec, store=tmp_path, workers=1, progress=False)
@@ -159,7 +160,8 @@ def test_the_cli_sweep_with_a_failed_run_exits_non_zero_and_writes_partial_files
     out = _cli(["sweep", "--plugin", "buggy", "--preset", "teach-digits", "--algos", "fedavg,buggy", "--rounds",
                 "2", "--workers", "2", "--store", "runs", "--out", "out", "--no-progress"], tmp_path)
     assert out.returncode == 2
-    assert re.search(r"fedala-lab: error: run buggy-\S+ failed: RuntimeError: my bug", out.stderr)
+    assert re.search((r"fedala-lab: error: run buggy-\S+ failed: buggy's aggregate hook raised "
+                      r"RuntimeError: my bug \(buggy.py, line 6\)"), out.stderr)
     assert "INCOMPLETE: 1 run(s) failed" in out.stdout
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["runs.partial.csv", "table.partial.csv",
                                                                      "table.partial.md"]

@@ -411,9 +411,10 @@ class ALA:
             blocks = layer_blocks(model)
             if not 1 <= settings["p"] <= len(blocks):
                 tensors = sum(1 for _ in model.parameters())
+                shown = ", ".join(n or type(model).__name__ for n, _ in blocks)
                 raise ValueError(
                     f"p={settings['p']!r}: p counts blocks (layers with parameters) from the top, 1 to {len(blocks)} "
-                    f"for this model ({', '.join(n for n, _ in blocks)}); the reference's layer_idx counts its "
+                    f"for this model ({shown}); the reference's layer_idx counts its "
                     f"{tensors} parameter tensors instead: pass layer_idx= to use that count")
         elif not settings["names"]:
             settings["names"] = [k for k, _ in model.named_parameters()]

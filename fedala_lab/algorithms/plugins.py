@@ -10,6 +10,10 @@ pool, Ray), the command line, the app:
 - ``$FEDALA_LAB_PLUGINS``: comma-separated module names;
 - ``--plugin MODULE`` on the command line, or :func:`load_plugins` in code.
 
+The last two take a module from the current folder or the import path. The current folder is searched for
+the named module only, never put on ``sys.path``: a ``./yaml.py`` beside it is not imported in place of the
+installed yaml, in this process or in its workers.
+
 Entry points and ``$FEDALA_LAB_PLUGINS`` load once per process, the first time an algorithm name is looked
 up. Processes that run a sweep's grid points import :func:`plugin_modules` first — the modules loaded here and
 those that define a registered algorithm — so a method registered in an importable module runs there too. A
@@ -20,10 +24,12 @@ method defined in ``__main__`` (a script run directly, a notebook) cannot be imp
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
 import warnings
 from collections.abc import Iterable
+from importlib.machinery import PathFinder
 from pathlib import Path
 
 from ..errors import ConfigError, FedalaError
@@ -45,40 +51,92 @@ def _root_of(module) -> str:
     return str(p.parents[depth])
 
 
-def env_modules() -> list[str]:
-    """The module names ``$FEDALA_LAB_PLUGINS`` lists (comma-separated); a malformed entry is refused."""
+def env_modules(*, strict: bool = True) -> list[str]:
+    """The module names ``$FEDALA_LAB_PLUGINS`` lists (comma-separated); a malformed value is refused, or with
+    ``strict=False`` gives none: loading happens at the first name looked up, which may be while a module is
+    imported (no place for an error), and the command line and the app refuse the value before any work, the
+    registry when a name is not found (:func:`env_problem`)."""
     raw = os.environ.get(ENV, "")
     names = [m.strip() for m in raw.split(",") if m.strip()]
-    for m in names:
-        if not all(part.isidentifier() for part in m.split(".")):
-            raise ConfigError(ENV, raw, "comma-separated importable module names, e.g. my_methods,lab.fednova")
+    if not all(part.isidentifier() for m in names for part in m.split(".")):
+        if not strict:
+            return []
+        raise ConfigError(ENV, raw, "comma-separated importable module names, e.g. my_methods,lab.fednova")
     return names
 
 
-def load_plugins(modules: Iterable[str] = (), *, paths: Iterable[str] = ()) -> list[str]:
-    """Import each module of ``modules`` (registering its algorithms) and remember it for worker processes.
-    ``paths``: folders added to ``sys.path`` first (where a worker finds the caller's modules). A module that
-    cannot be imported raises :class:`ConfigError` naming it and the reason."""
-    for p in paths:
-        if p and p not in sys.path:
-            sys.path.insert(0, p)
+def env_problem() -> str:
+    """Why ``$FEDALA_LAB_PLUGINS`` was not loaded ("" when it is well formed), for a message about a name not
+    found."""
+    try:
+        env_modules()
+    except ConfigError as err:
+        return f"{err}; its modules were not loaded"
+    return ""
+
+
+def load_plugins(modules: Iterable[str] | str = (), *, paths: Iterable[str] = ()) -> list[str]:
+    """Import each module of ``modules`` (a name, or a list of names; registering its algorithms) and remember
+    it for worker processes. ``paths``: folders a module is looked for in first (where a worker finds the
+    caller's modules, the current folder for ``--plugin``); only the named module comes from there — the
+    folders are not put on ``sys.path``, so a file there never shadows an installed module (a ``./yaml.py``).
+    A module that cannot be imported raises :class:`ConfigError` naming it and the reason."""
+    if isinstance(modules, str):  # one name, not its letters
+        modules = [modules]
+    try:
+        modules, paths = list(modules), [str(p) for p in paths if p]
+    except TypeError:
+        raise ConfigError("plugins", modules, "a module name or a list of module names, e.g. ['my_methods']") from None
     done = []
     for name in modules:
+        if not isinstance(name, str):
+            raise ConfigError("plugin", name, "an importable module name (a string), e.g. my_methods or lab.fednova")
         name = name.strip()
         if not name:
             continue
         if not all(part.isidentifier() for part in name.split(".")):
             raise ConfigError("plugin", name, "an importable module name, e.g. my_methods or lab.fednova")
         try:
-            module = importlib.import_module(name)
+            module = _import(name, paths)
         except ConfigError:
             raise
-        except Exception as err:  # noqa: BLE001 - whatever a plugin's import raises, named in one line
-            raise ConfigError("plugin", name, "an importable module (its folder on PYTHONPATH, or the current "
-                              "folder)", f"importing it raised {type(err).__name__}: {err}") from None
+        except (Exception, SystemExit) as err:  # noqa: BLE001 - whatever a plugin's import raises, named in one line
+            raise ConfigError("plugin", name, _where(paths), _why(err)) from None
         _LOADED.setdefault(name, _root_of(module))
         done.append(name)
     return done
+
+
+def _import(name: str, folders: list[str]):
+    """Import the module ``name``, its top-level package or module taken from the first of ``folders`` that
+    holds it, else from ``sys.path`` as usual. The folders stay off ``sys.path``: a package's submodules are
+    found through the package itself."""
+    top = name.split(".")[0]
+    if top not in sys.modules:
+        for folder in folders:
+            spec = PathFinder.find_spec(top, [folder])
+            if spec is not None and spec.loader is not None:
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[top] = module
+                try:
+                    spec.loader.exec_module(module)
+                except BaseException:
+                    sys.modules.pop(top, None)  # as Python's own import leaves a failed module
+                    raise
+                break
+    return importlib.import_module(name)
+
+
+def _where(folders: list[str]) -> str:
+    """Where a plugin is looked for, in a message."""
+    return "a module " + "".join(f"in {f} or " for f in folders) + "on the import path (PYTHONPATH, installed packages)"
+
+
+def _why(err: BaseException) -> str:
+    """What a plugin's import did instead of registering, in one line."""
+    if isinstance(err, SystemExit):
+        return f"importing it called sys.exit({err.code!r})"
+    return f"importing it raised {type(err).__name__}: {' '.join(str(err).split())}"
 
 
 def autoload() -> None:
@@ -97,12 +155,12 @@ def autoload() -> None:
                     obj()
                 module = ep.value.split(":")[0].strip()
                 _LOADED.setdefault(module, _root_of(sys.modules[module]) if module in sys.modules else "")
-            except Exception as err:  # noqa: BLE001 - one broken plugin must not take the others down
+            except (Exception, SystemExit) as err:  # noqa: BLE001 - one broken plugin must not take the others down
                 warnings.warn(f"plugin {ep.name} ({ep.value}, entry point group {GROUP}) was not loaded: "
-                              f"{type(err).__name__}: {err}", stacklevel=2)
-        for name in env_modules():
+                              f"{_why(err)}", stacklevel=2)
+        for name in env_modules(strict=False):
             try:
-                load_plugins([name])
+                load_plugins([name], paths=[os.getcwd()])  # as documented: the current folder too
             except ConfigError as err:
                 warnings.warn(f"${ENV}: {err}", stacklevel=2)
     finally:
@@ -138,4 +196,5 @@ def check_importable(specs: Iterable, where: str) -> None:
                               f"or set {ENV}=my_methods")
 
 
-__all__ = ["ENV", "GROUP", "autoload", "check_importable", "env_modules", "load_plugins", "plugin_modules"]
+__all__ = ["ENV", "GROUP", "autoload", "check_importable", "env_modules", "env_problem", "load_plugins",
+           "plugin_modules"]

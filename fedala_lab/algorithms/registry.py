@@ -146,8 +146,14 @@ class Resolved:
         return self.base.divergence_hint(cfg) if self.base.divergence_hint is not None else ""
 
     def build(self, setup):
-        """The pieces for one run: the base algorithm, wrapped by each modifier in turn."""
-        algo = self.base.build(setup)
+        """The pieces for one run: the base algorithm, wrapped by each modifier in turn. A registered algorithm's
+        own code (a plugin's) is guarded: an exception it raises is a HookError naming it and the hook."""
+        if self.base.builtin:
+            algo = self.base.build(setup)
+        else:
+            from .guard import build_guarded
+
+            algo = build_guarded(self.base.build, setup, label=self.base.label, algo=self.name)
         for m in self.modifiers:
             algo = m.wrap(algo, setup)
         return algo
@@ -249,8 +255,9 @@ def register_algorithm(name: str, build: Callable, **settings) -> AlgorithmSpec:
     (default True: round t never reads the run's total ``cfg.rounds``; say False if yours does, and the store
     never continues a shorter run of it into a longer one), ``communication``
     (the paper's notation of its traffic per client and round), ``doc``. See
-    docs/extending.md. Registering a name again replaces your earlier registration (a notebook cell run
-    twice); a built-in name cannot be replaced."""
+    docs/extending.md. Registering a name again from the same module (a notebook cell run twice, a module
+    reloaded) or from ``__main__`` replaces the earlier registration; another module's registration of a name is
+    refused (two plugins would otherwise decide by their order), as is a built-in name."""
     return register_spec(make_spec(name, build, **settings))
 
 
@@ -262,6 +269,10 @@ def register_spec(spec: AlgorithmSpec) -> AlgorithmSpec:
         if old is not None and old.builtin:
             raise ConfigError("name", name, "a name that is not a built-in algorithm's; register yours under "
                               "another name")
+        mods = [getattr(s.build, "__module__", None) or "?" for s in (old, spec) if s is not None]
+        if len(mods) == 2 and mods[0] != mods[1] and "__main__" not in mods:  # two plugins: neither silently wins
+            raise ConfigError("name", name, f"a name no other module registers: {mods[0]} registered {name!r} "
+                              f"already, {mods[1]} registers it again; rename one of them")
         if name in _ALIASES or any(name.endswith(m.suffix) for m in _MODIFIERS.values()):
             raise ConfigError("name", name, f"a name that is not an alias and does not end in a modifier's suffix "
                               f"({', '.join(_suffixes())})")
@@ -330,7 +341,10 @@ def resolve(name: str) -> Resolved:
         try:
             spec, mods = _parse(target)
         except ValueError as err:
-            raise ConfigError("algo", name, "one of " + ", ".join(names()), str(err)) from None
+            from .plugins import env_problem
+
+            hint = "; ".join(h for h in (str(err), env_problem()) if h)
+            raise ConfigError("algo", name, "one of " + ", ".join(names()), hint) from None
     if look is None:
         look = Look(spec.label, spec.colour, spec.line_style)
         for m in mods:

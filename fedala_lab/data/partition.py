@@ -32,6 +32,10 @@ from ..errors import ConfigError, DataError, SplitFailed
 # Depends only on the request, so a seed always gives the same split.
 _TRIES_PER_BATCH = 256
 _BATCH_CELLS = 4_000_000
+# A request is given up after its first batch of draws when, had the number of clients a draw leaves short been
+# Poisson with a mean as small as the fewest seen (k), all max_tries draws would find a split with a chance below
+# this (max_tries · e^-k): such a request would draw for minutes and fail (thousands of clients for 3,000 images).
+HOPELESS = 1e-9
 
 # ---------------------------------------------------------------------------------------- helpers
 
@@ -191,9 +195,10 @@ def dirichlet(labels, num_clients: int, beta: float, rng, *, least_samples: int 
     (default :func:`default_least_samples`).
 
     Departures: at most ``max_tries`` draws, then a :class:`DataError` with the best minimum reached;
-    ``num_clients · least_samples > N`` fails at once. Tries are simulated on counts only, up to 256 side
-    by side, and the indices are shuffled and cut once, for the first accepted try (same distribution as
-    PFLlib's loop, thousands of tries per second). If every open client draws exactly 0 (possible with
+    ``num_clients · least_samples > N`` fails at once, and so does a request whose first batch of draws leaves
+    so many clients short in every draw that the rest would not succeed either (:data:`HOPELESS`). Tries are
+    simulated on counts only, up to 256 side by side, and the indices are shuffled and cut once, for the first
+    accepted try (same distribution as PFLlib's loop, thousands of tries per second). If every open client draws exactly 0 (possible with
     tiny β), the class is spread evenly over them.
     """
     y = _labels(labels)
@@ -237,6 +242,14 @@ def dirichlet(labels, num_clients: int, beta: float, rng, *, least_samples: int 
         smallest = sizes.min(axis=1)
         best = max(best, int(smallest.max()))
         good = np.flatnonzero(smallest >= least)
+        short = int((sizes < least).sum(axis=1).min())  # the fewest clients a draw of this batch left short
+        if not good.size and start == 0 and max_tries * math.exp(-short) < HOPELESS:
+            raise SplitFailed(
+                f"dirichlet split failed: every one of the first {b} draws (beta={beta}, {n} clients, {total} "
+                f"samples, {len(classes)} classes) left at least {short} clients below least_samples={least}, "
+                f"so that {max_tries} draws would not find a split either. Use fewer clients or a larger beta"
+                + (" or a smaller least_samples" if least > 1 else ""), beta=float(beta), clients=n, samples=total,
+                least=least, best=best, tries=b)
         if good.size:
             row = int(good[0])  # the first accepted try, as a sequential redraw loop would take
             chunks: list[list[np.ndarray]] = [[] for _ in range(n)]

@@ -34,6 +34,7 @@ from ..algorithms.registry import specs
 from ..compute.parallel import available_cpus, main_not_rerun
 from ..config import RunConfig
 from ..environ import PROCESSES, env_count
+from ..errors import ConfigError, FedalaError
 from .sweeps import failure, run_in_worker
 
 # How long a warming process waits for the others to take their own warm-up (so that each process takes one).
@@ -104,9 +105,8 @@ class RunPool:
 
     def __init__(self, processes: int, store_root):
         if not isinstance(processes, int) or isinstance(processes, bool) or processes < 2:
-            from ..errors import ConfigError
-
             raise ConfigError("processes", processes, "an integer >= 2 (1: compute in the caller's process)")
+        _within_machine("processes", processes, processes)
         self.processes = processes
         self.store_root = str(store_root)
         # spawn, not fork: a forked copy of a process that already runs torch threads can deadlock
@@ -215,8 +215,10 @@ def get_or_run_many(cfgs: Iterable[RunConfig], store=None, *, processes: int | s
     ``processes``: "auto" (one per CPU core this process may use, at most 4, and 1 with a GPU), or a number; with
     more than one and at least two runs to compute, they run in that many spawned processes at one torch thread
     each (bit for bit the runs this process would compute), the processes ended on return. ``progress``: one bar
-    over the rounds of the runs computed. A run that fails or diverges there is asked for again here, which raises
-    its error as :func:`get_or_run` would.
+    over the rounds of the runs computed. A run refused there (a FedalaError: a split that cannot be drawn, a
+    plugin's hook that raised) raises its error here once the others are done and stored, without being tried
+    again; one that diverged or failed otherwise is asked for again here, which raises its error as
+    :func:`get_or_run` would.
 
         runs = get_or_run_many([preset("teach", algo=a, seed=s) for a in ("fedavg", "fedala") for s in (0, 1, 2)])
     """
@@ -225,20 +227,39 @@ def get_or_run_many(cfgs: Iterable[RunConfig], store=None, *, processes: int | s
     from ..record.store import open_store
     from .runs import get_or_run
 
-    cfgs = list(cfgs)
+    cfgs = _configs(cfgs)
     store = open_store(store)
     n = processes_setting(processes)
     todo = to_compute(cfgs, store)
+    refused: dict[str, Exception] = {}
     if n > 1 and len(todo) > 1:
         pool = RunPool(min(n, len(todo)), store.root)
         total = sum(c.rounds for c in todo)
         with tqdm(total=total, desc=desc, unit="round", disable=not progress, dynamic_ncols=True) as bar:
             try:
-                pool.compute(todo, on_round=lambda key, t, acc: bar.update(1))
+                results = pool.compute(todo, on_round=lambda key, t, acc: bar.update(1))
             finally:
                 pool.close()
             bar.update(total - bar.n)  # rounds a resumed or branched run did not compute
-    return [get_or_run(c, store, progress=False) for c in cfgs]
+        refused = {k: r["error"] for k, r in results.items() if isinstance(r.get("error"), FedalaError)}
+    runs = []
+    for c in cfgs:
+        if c.key() in refused:
+            raise refused[c.key()]  # as get_or_run would raise it, not drawn or computed a second time
+        runs.append(get_or_run(c, store, progress=False))
+    return runs
+
+
+def _configs(cfgs) -> list[RunConfig]:
+    """``cfgs`` as a list of RunConfigs, or a ConfigError naming what is not one."""
+    if isinstance(cfgs, (RunConfig, str, bytes, dict)) or not isinstance(cfgs, Iterable):
+        raise ConfigError("cfgs", cfgs, "a list of RunConfigs (for one config: get_or_run(cfg))")
+    cfgs = list(cfgs)
+    for c in cfgs:
+        if not isinstance(c, RunConfig):
+            raise ConfigError("cfgs", c, "RunConfigs only, e.g. preset('teach', algo='fedavg') (an algorithm's "
+                              "name alone is not a config)")
+    return cfgs
 
 
 def to_compute(cfgs: Iterable[RunConfig], store) -> list[RunConfig]:
@@ -250,18 +271,52 @@ def to_compute(cfgs: Iterable[RunConfig], store) -> list[RunConfig]:
 
 
 def processes_setting(value) -> int:
-    """``processes`` as a number (see :func:`get_or_run_many`); anything else is a ConfigError naming it."""
+    """``processes`` as a number (see :func:`get_or_run_many`), at most :func:`most_processes`; anything else is a
+    ConfigError naming it (or ``$FEDALA_LAB_PROCESSES``, which "auto" reads) and the numbers allowed."""
+    field = "processes"
     if isinstance(value, str) and value.strip().lower() == "auto":
-        return env_count(PROCESSES) or default_processes()
-    try:
-        n = int(value)
-    except (TypeError, ValueError):
-        n = 0
-    if isinstance(value, bool) or n < 1 or str(n) != str(value).strip():
-        from ..errors import ConfigError
+        n = env_count(PROCESSES)
+        if n is None:
+            return default_processes()
+        field, value = PROCESSES, os.environ[PROCESSES]
+    else:
+        try:
+            n = int(value)
+        except (TypeError, ValueError):
+            n = 0
+        if isinstance(value, bool) or n < 1 or str(n) != str(value).strip():
+            raise ConfigError("processes", value, "a whole number >= 1, or auto")
+    return _within_machine(field, value, n)
 
-        raise ConfigError("processes", value, "a whole number >= 1, or auto")
+
+def _within_machine(field: str, value, n: int) -> int:
+    """``n`` processes, or a ConfigError naming ``field`` (given as ``value``) when the machine holds fewer."""
+    most, why = most_processes()
+    if n > most:
+        raise ConfigError(field, value, f"a whole number from 1 to {most} ({why}), or auto")
     return n
+
+
+# Memory budgeted per pool process: each holds its own torch, its data and its runs' models, so a machine's
+# memory bounds how many it can hold (a teach run's process holds less; a larger model, more).
+PROCESS_MEMORY = 512 * 2**20
+
+
+def most_processes() -> tuple[int, str]:
+    """The most processes this machine runs side by side, and why: one per CPU core this process may use, no more
+    than its memory holds at :data:`PROCESS_MEMORY` each, two at least (side by side is worth a try anywhere)."""
+    cpus, memory = available_cpus(), _memory()
+    most = cpus if memory is None else min(cpus, memory // PROCESS_MEMORY)
+    held = "" if memory is None else f", {memory / 2**30:.1f} GiB of memory at {PROCESS_MEMORY // 2**20} MiB a process"
+    return max(2, most), f"this machine: {cpus} CPU core(s) for this process{held}"
+
+
+def _memory() -> int | None:
+    """This machine's memory in bytes (None where the system does not say: Windows)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def default_processes() -> int:
@@ -274,4 +329,5 @@ def default_processes() -> int:
     return 1 if torch.cuda.is_available() else max(1, min(4, available_cpus()))
 
 
-__all__ = ["RunPool", "default_processes", "get_or_run_many", "processes_setting", "to_compute"]
+__all__ = ["RunPool", "default_processes", "get_or_run_many", "most_processes", "processes_setting",
+           "to_compute"]

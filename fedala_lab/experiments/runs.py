@@ -25,14 +25,14 @@ from pathlib import Path
 import pandas as pd
 
 from ..config import RunConfig
-from ..errors import ConfigError, DataError, TrainingDiverged
+from ..errors import ConfigError, DataError, TrainingDiverged, short_repr
 from ..fingerprint import hashed_once_per_call
 from ..record.run import Run, served_note
 from ..record.store import RunStore, open_store
 from .plans import comparison_configs, fig4_configs
 from .prefix import extends, find_prefix, state_carry
 from .presets import check_partition
-from .trackers import RunLog, Tracker, log_run
+from .trackers import RunLog, Tracker, check_trackers, log_run
 
 CACHE_MODES = ("use", "refresh", "off")
 
@@ -226,7 +226,7 @@ class RunCache:
                  trackers: Iterable[Tracker] = ()):
         self.store = open_store(store)
         self.on_round = on_round
-        self.trackers = list(trackers)
+        self.trackers = check_trackers(trackers)
         self._runs: dict[str, Run] = {}  # config key -> Run
         self.used: list[Run] = []  # runs handed out since start_counting (repeats included)
         self.computed = 0  # of which computed now (not from the store)
@@ -242,7 +242,7 @@ class RunCache:
         from ..engine.simulate import bind
 
         cfg = bind(cfg, data, model)
-        trackers = [*self.trackers, *trackers]
+        trackers = [*self.trackers, *check_trackers(trackers)]
         key = cfg.key()
         hit = None if force else self._runs.get(key)
         if hit is None and not force:
@@ -411,6 +411,6 @@ def load_stored(store, name: str) -> Run:
     ckpt = store.checkpoints().get(name) if isinstance(name, str) else None
     run = _read_checkpoint(ckpt) if ckpt is not None else None
     if run is None:
-        raise DataError(f"{name!r} is not a run name in the run store {store.root} (no finished run and no "
-                        "readable checkpoint of that name)")
+        raise DataError(f"{short_repr(name)} is not a run name in the run store {store.root} (no finished run "
+                        "and no readable checkpoint of that name)")
     return run

@@ -56,7 +56,7 @@ from ..record.store import open_store
 from .plans import SEED_AXES, SweepSpec
 from .presets import check_partition
 from .runs import get_or_run
-from .trackers import Tracker, log_run
+from .trackers import Tracker, check_trackers, log_run
 
 # ------------------------------------------------------------------------------------------- execution
 
@@ -84,13 +84,16 @@ def run_in_worker(cfg_dict: dict, store_root: str | None, force: bool, threads: 
     gives another (fedala_lab or a plugin edited while the sweep runs) computes nothing and says so.
     ``stop`` (an event, experiments/pool.py): once set, the run stops after its current round (its checkpoint
     kept) and comes back as {"status": "stopped", "run": what it recorded}; set before it starts, nothing runs.
+    A run refused on purpose (a FedalaError: a split that cannot be drawn) comes back "failed" with its
+    ``error`` besides its ``message``.
     """
     _set_threads(threads)
     try:
-        load_plugins([m for m, _ in plugins], paths=[p for _, p in plugins])
+        for module, folder in plugins:  # each from the folder the caller imported it from
+            load_plugins([module], paths=[folder])
         cfg = RunConfig.from_dict(cfg_dict)
     except FedalaError as err:
-        return {"key": "", "status": "failed", "message": failure(err)}
+        return {"key": "", "status": "failed", "message": failure(err), "error": err}
     key = cfg.key()
     if expect is not None and key != expect:
         return {"key": expect, "status": "failed", "message": (
@@ -120,6 +123,8 @@ def run_in_worker(cfg_dict: dict, store_root: str | None, force: bool, threads: 
         return {"key": key, "status": "diverged", "message": str(err)}
     except RunCancelled as err:  # its checkpoint is kept: asking again resumes it
         return {"key": key, "status": "stopped", "message": str(err), "run": err.run}
+    except FedalaError as err:  # the error itself too: it pickles whole, and the caller may raise it
+        return {"key": key, "status": "failed", "message": failure(err), "error": err}
     except Exception as err:  # noqa: BLE001 - its message comes back as text, whatever it is (and pickles)
         return {"key": key, "status": "failed", "message": failure(err)}
     return {"key": key, "status": run.status, "message": ""}
@@ -207,6 +212,7 @@ def run_sweep(spec: SweepSpec, *, store=None, workers: int | str = "auto", ray: 
     """
     from tqdm.auto import tqdm
 
+    trackers = check_trackers(trackers)
     local_ray = ray and not ray_address
     check_execution(workers=workers, threads=threads, gpus_per_run=gpus_per_run, ray=bool(ray or ray_address),
                     local_ray=local_ray)

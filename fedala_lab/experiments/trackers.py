@@ -29,7 +29,9 @@ import math
 import os
 import re
 import shutil
+import sqlite3
 import time
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Self
@@ -42,6 +44,8 @@ from ..record.run import Run
 from ..record.store import open_store
 
 KINDS = ("tensorboard", "mlflow")
+# tables every MLflow SQLite store has: a database without them is not one (another program's)
+MLFLOW_TABLES = frozenset({"alembic_version", "experiments", "runs", "metrics", "params", "tags"})
 CLIENT_ROUNDS = "none, all, last, every:K or round numbers, comma-separated (e.g. every:10,last)"
 # the metrics TensorBoard's HParams table shows beside a run's hyper-parameters (their last values)
 SUMMARY_METRICS = ("acc", "best_acc", "test_loss", "train_loss")
@@ -99,11 +103,20 @@ class Tracker:
         if self.directory.exists() and not self.directory.is_dir():
             raise ConfigError("tracker", f"{self.kind}={directory}", "a folder, not a file")
         self.clients = ClientRounds.parse(clients)
+        self._check()  # before the import: a refusal is at once
         with needs(self.kind):  # the optional package: missing, one line at once rather than at the first run
             self._import()
 
+    def _check(self) -> None:
+        """Refuse a destination this tracker must not write into (what is there already)."""
+
     def _import(self) -> None:
         raise NotImplementedError
+
+    @property
+    def destination(self) -> tuple:
+        """Where this tracker writes: two trackers of one destination are one (:func:`check_trackers`)."""
+        return self.kind, str(self.directory.resolve())
 
     def open(self, name: str, cfg: RunConfig):
         """A log for the run ``name`` (with ``log``, ``finish``, ``abort``), or None when it is logged already."""
@@ -160,12 +173,20 @@ class _TensorBoardLog:
         for summary in (exp, start):  # the run's row in the HParams tab; the metrics are its scalars
             self.writer.file_writer.add_summary(summary)
 
+    def _here(self) -> None:
+        """The run's folder still there: checked before each write, which TensorBoard's writer makes in a thread
+        of its own (a failure there is a traceback of that thread, not an error the run's log can report)."""
+        if not self.folder.is_dir():
+            raise FileNotFoundError(f"the run's folder {self.folder} was removed or replaced while it was logged")
+
     def log(self, step: int, metrics: dict[str, float]) -> None:
+        self._here()
         for tag, value in metrics.items():
             self.writer.add_scalar(tag, value, step)
         self.writer.flush()  # a round at a time: TensorBoard shows a run as it goes (its default waits 2 minutes)
 
     def finish(self, run: Run) -> None:
+        self._here()
         self.writer.file_writer.add_summary(_session_end(run.status == "complete"))
         self.writer.close()
         done = {"key": self.key, "status": run.status, "rounds": len(run.rounds)}
@@ -204,12 +225,46 @@ class MLflow(Tracker):
                  experiment: str = "fedala_lab"):
         # before MLflow is imported: nothing leaves the machine unasked (a user's own setting is kept)
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-        super().__init__(directory, clients=clients)
+        if not isinstance(experiment, str) or not experiment.strip():
+            raise ConfigError("experiment", experiment, "the name of an MLflow experiment (default fedala_lab)")
         self.experiment = experiment
+        super().__init__(directory, clients=clients)
         self._client = self._experiment_id = None
 
     def _import(self) -> None:
         import mlflow  # noqa: F401
+
+    @property
+    def destination(self) -> tuple:
+        return (*super().destination, self.experiment)
+
+    def _check(self) -> None:
+        """An existing ``DIR/mlflow.db`` must be an MLflow store (or empty): never add MLflow's tables to another
+        program's database, nor start on a file that is no database."""
+        db = self.directory / "mlflow.db"
+        where = f"mlflow={self.directory}"
+        if db.is_dir():
+            raise ConfigError("tracker", where, f"a folder whose mlflow.db is an MLflow store; {db} is a folder")
+        if not db.exists() or db.stat().st_size == 0:
+            return  # created at the first run logged
+        try:
+            with open(db, "rb") as fh:
+                head = fh.read(16)
+            if head != b"SQLite format 3\x00":
+                raise ConfigError("tracker", where, f"a folder whose mlflow.db is an MLflow store; {db} is not a "
+                                  "SQLite database")
+            con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+            try:
+                tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            finally:
+                con.close()
+        except (OSError, sqlite3.Error) as err:
+            raise ConfigError("tracker", where, f"a folder whose mlflow.db is an MLflow store; {db} cannot be read "
+                              f"as one ({' '.join(str(err).split())})") from None
+        if tables and not MLFLOW_TABLES <= tables:
+            shown = ", ".join(sorted(tables)[:5]) + (", …" if len(tables) > 5 else "")
+            raise ConfigError("tracker", where, f"a folder whose mlflow.db is an MLflow store; {db} is another "
+                              f"program's SQLite database (tables {shown}), left untouched: choose another folder")
 
     @property
     def uri(self) -> str:
@@ -313,6 +368,28 @@ def parse_tracker(text: str, *, clients: str | ClientRounds = "last") -> Tracker
     return cls(directory.strip(), clients=clients)
 
 
+def check_trackers(trackers) -> list[Tracker]:
+    """``trackers`` (a list of trackers, or one) as a list, each a :class:`Tracker`, each destination once: a
+    folder named twice (``D`` and ``D/``) is one tracker, not two writing one log (docs/trackers.md)."""
+    if isinstance(trackers, Tracker):
+        trackers = [trackers]
+    if trackers is None:
+        return []
+    if isinstance(trackers, (str, bytes)) or not isinstance(trackers, Iterable):
+        raise ConfigError("trackers", trackers, "a list of trackers, e.g. [TensorBoard('tb'), MLflow('ml')] (a "
+                          "KIND=DIR text: parse_tracker('tensorboard=tb'))")
+    out: dict[tuple, Tracker] = {}
+    for t in trackers:
+        if not isinstance(t, Tracker):
+            raise ConfigError("trackers", t, "trackers made as TensorBoard(DIR) or MLflow(DIR) (an instance, not "
+                              "the class), or parse_tracker('KIND=DIR')")
+        have = out.setdefault(t.destination, t)
+        if have.clients != t.clients:
+            raise ConfigError("trackers", t, f"one tracker per destination: {have!r} logs there already, with "
+                              "other client rounds")
+    return list(out.values())
+
+
 # ------------------------------------------------------------------------------------------ what is logged
 
 
@@ -378,10 +455,23 @@ class RunLog:
     """
 
     def __init__(self, trackers: Iterable[Tracker], store=None):
-        self.trackers = list(trackers)
+        self.trackers = check_trackers(trackers)
         self.name_for = open_store(store).name_for  # the run store's folder name: one name everywhere
         self.logs: list | None = None  # opened at the first round (or at finish): the trackers that lack the run
         self.logged = 0  # rounds logged so far
+        self.name = ""
+
+    def _failed(self, tracker: Tracker, log, err: Exception) -> None:
+        """A tracker is an observer: its failure is one line, it logs nothing more of this run, the run goes
+        on (and is stored); asked for again, the run is logged again (a log cut short is replaced)."""
+        self.logs = [(t, lg) for t, lg in self.logs or [] if t is not tracker]
+        if log is not None:
+            with contextlib.suppress(Exception):
+                log.abort()
+        text = " ".join(str(err).split()).split(" [SQL: ")[0]  # an SQL error without its statement
+        warnings.warn(f"tracker {tracker.kind}={tracker.directory} failed and logs nothing more of run "
+                      f"{self.name}: {type(err).__name__}: {text[:300]}{'…' if len(text) > 300 else ''}",
+                      stacklevel=3)
 
     def __enter__(self) -> Self:
         return self
@@ -395,19 +485,26 @@ class RunLog:
 
     def _open(self, cfg: RunConfig) -> list:
         if self.logs is None:
-            name = self.name_for(cfg)
+            self.name = self.name_for(cfg)
             self.logs = []
             for t in self.trackers:
-                log = t.open(name, cfg)
+                try:
+                    log = t.open(self.name, cfg)
+                except Exception as err:  # noqa: BLE001 - whatever a tracker raises, the run goes on
+                    self._failed(t, None, err)
+                    continue
                 if log is not None:
                     self.logs.append((t, log))
         return self.logs
 
     def _log(self, cfg: RunConfig, rounds, clients, ala) -> None:
-        for tracker, log in self._open(cfg):
-            for step, metrics in round_metrics(rounds, clients, ala, num_clients=cfg.data.num_clients,
-                                               last_round=cfg.rounds, when=tracker.clients):
-                log.log(step, metrics)
+        for tracker, log in list(self._open(cfg)):
+            try:
+                for step, metrics in round_metrics(rounds, clients, ala, num_clients=cfg.data.num_clients,
+                                                   last_round=cfg.rounds, when=tracker.clients):
+                    log.log(step, metrics)
+            except Exception as err:  # noqa: BLE001 - whatever a tracker raises, the run goes on
+                self._failed(tracker, log, err)
         if len(rounds):
             self.logged = int(rounds["round"].iloc[-1])
 
@@ -438,8 +535,11 @@ class RunLog:
 
         ala = run.tables.get("ala")
         self._log(run.config, since(run.rounds), since(run.clients), since(ala) if ala is not None else None)
-        for _, log in self.logs:
-            log.finish(run)
+        for tracker, log in list(self.logs):
+            try:
+                log.finish(run)
+            except Exception as err:  # noqa: BLE001 - whatever a tracker raises, the run is returned
+                self._failed(tracker, log, err)
         self.logs = []
         return run
 

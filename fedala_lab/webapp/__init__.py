@@ -40,7 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--host",
         default=DEFAULT_HOST,
-        help=f"address to listen on (default {DEFAULT_HOST}: this machine only)",
+        help=f"address to listen on (default {DEFAULT_HOST}: this machine only; any other only when given in full, "
+        "e.g. 0.0.0.0 for every interface)",
     )
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     p.add_argument(
@@ -86,8 +87,14 @@ def launch(
 ):
     """Build the app and serve it (blocks until Ctrl-C unless ``prevent_thread_lock``). ``processes``: how many
     processes compute a click's runs side by side ("auto": :func:`app_processes`; 1: in this process)."""
+    from ..algorithms.plugins import env_modules
     from ..errors import ConfigError
 
+    # an empty host would let Gradio fall back to $GRADIO_SERVER_NAME (0.0.0.0: every interface): only an
+    # address given in full listens beyond this machine
+    if not isinstance(host, str) or not host.strip() or host != host.strip():
+        raise ConfigError("host", host, f"an address to listen on: {DEFAULT_HOST} (this machine only, the default) "
+                          "or one given in full, e.g. 0.0.0.0 for every interface")
     if not 1 <= port <= 65535:
         raise ConfigError("port", port, "an integer from 1 to 65535")
     if concurrency < 1:
@@ -95,6 +102,7 @@ def launch(
     processes = app_processes(processes)
     check_environment()
     numerics.apply()
+    env_modules()  # $FEDALA_LAB_PLUGINS: module names, or refused here rather than skipped
     _check_free(host, port)  # before building the page and warming up: seconds a taken port would waste
     import torch
 

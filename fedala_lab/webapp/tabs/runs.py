@@ -15,7 +15,7 @@ import pandas as pd
 from ...algorithms import registry
 from ...analysis.tables import run_settings, setting_label
 from ...config import algo_label
-from ...errors import ConfigError, DataError
+from ...errors import ConfigError, DataError, short_repr
 from ...experiments.runs import load_stored, stored_runs
 from ..jobs import friendly, run_label
 from ..settings import DATASET_CHOICES, PARTITION_CHOICES
@@ -49,7 +49,7 @@ def runs(app, name="", algorithm="", dataset="", partition="", status="", text="
     known = set(listing["name"])
     for n in names:
         if n not in known:
-            raise DataError(f"{n!r} is not a run name in the app's run store (no finished run and no "
+            raise DataError(f"{short_repr(n)} is not a run name in the app's run store (no finished run and no "
                             "checkpoint of that name)")
     offered = list(dict.fromkeys(list(listing.loc[keep, "name"]) + names))
     by_name = dict(zip(overview["name"], overview["config"]))
