@@ -204,6 +204,20 @@ def test_client_rounds_are_chosen(tmp_path, mlflow_dir):
     assert [t for t, _ in scalars["client_0/test_acc"]] == [3, 4]
     assert [t for t, _ in scalars["acc"]] == [1, 2, 3, 4]
 
+    # asked again with more client rounds: a log is written once, and the missing rounds are named
+    ml = MLflow(mlflow_dir, clients="last", experiment=f"{tmp_path.name}-again")
+    get_or_run(cfg, store, progress=False, trackers=[ml])
+    for more in (TensorBoard(tmp_path / "tb", clients="all"), MLflow(mlflow_dir, clients="all",
+                                                                    experiment=f"{tmp_path.name}-again")):
+        with pytest.warns(UserWarning, match=r"logged already, .* adds nothing to it \(rounds 1, 2(, 3)? missing\)"):
+            get_or_run(cfg, store, progress=False, trackers=[more])
+    assert tb_content(tb.directory / store.name_for(cfg))["scalars"] == scalars  # unchanged
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # asking for what is logged says nothing
+        get_or_run(cfg, store, progress=False, trackers=[TensorBoard(tmp_path / "tb", clients="last")])
+
 
 def test_run_cache_logs_every_run_it_hands_out(tmp_path, mlflow_dir):
     """The figures' path: a RunCache with trackers logs computed runs and runs from its memo alike."""

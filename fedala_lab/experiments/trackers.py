@@ -87,6 +87,10 @@ class ClientRounds:
         return (self.all or t in self.rounds or (self.last and t == last_round)
                 or any(t % k == 0 for k in self.every))
 
+    def picked(self, last_round: int) -> set[int]:
+        """The rounds of a run of ``last_round`` rounds this picks."""
+        return {t for t in range(1, last_round + 1) if self(t, last_round)}
+
 
 class Tracker:
     """A place runs are logged to: a folder, and the rounds at which clients are logged (``clients``).
@@ -122,6 +126,18 @@ class Tracker:
         """A log for the run ``name`` (with ``log``, ``finish``, ``abort``), or None when it is logged already."""
         raise NotImplementedError
 
+    def logged_already(self, name: str, cfg: RunConfig, logged_clients: str | None) -> None:
+        """The run ``name`` is logged here with clients at the rounds ``logged_clients`` picked: nothing is added
+        (a log is written once); if this tracker asks for clients at rounds that log lacks, say so in one line."""
+        had = ClientRounds.parse(logged_clients or "last").picked(cfg.rounds)
+        missing = sorted(self.clients.picked(cfg.rounds) - had)
+        if missing:
+            shown = ", ".join(map(str, missing[:5])) + (" …" if len(missing) > 5 else "")
+            warnings.warn(f"tracker {self.kind}={self.directory} has run {name} logged already, with clients at "
+                          f"the rounds '{logged_clients or 'last'}' picks: clients='{self.clients.spec}' adds nothing "
+                          f"to it (rounds {shown} missing). A log is written once: log into another folder, or "
+                          "remove the run's log there and ask again", stacklevel=4)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self.directory)!r}, clients={self.clients.spec!r})"
 
@@ -153,18 +169,20 @@ class TensorBoard(Tracker):
     def open(self, name: str, cfg: RunConfig):
         folder = self.directory / name
         if (folder / self.DONE).is_file():
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                self.logged_already(name, cfg, json.loads((folder / self.DONE).read_text()).get("clients"))
             return None
         if folder.is_dir():  # a log cut short: replaced whole
             shutil.rmtree(folder)
-        return _TensorBoardLog(folder, cfg)
+        return _TensorBoardLog(folder, cfg, self.clients.spec)
 
 
 class _TensorBoardLog:
-    def __init__(self, folder: Path, cfg: RunConfig):
+    def __init__(self, folder: Path, cfg: RunConfig, clients: str):
         from torch.utils.tensorboard import SummaryWriter
         from torch.utils.tensorboard.summary import hparams
 
-        self.folder = folder
+        self.folder, self.clients = folder, clients
         self.key = cfg.key()
         self.writer = SummaryWriter(str(folder))
         hp = {k: (v if isinstance(v, (int, float, str)) and not isinstance(v, bool) else json.dumps(v))
@@ -189,7 +207,7 @@ class _TensorBoardLog:
         self._here()
         self.writer.file_writer.add_summary(_session_end(run.status == "complete"))
         self.writer.close()
-        done = {"key": self.key, "status": run.status, "rounds": len(run.rounds)}
+        done = {"key": self.key, "status": run.status, "rounds": len(run.rounds), "clients": self.clients}
         (self.folder / TensorBoard.DONE).write_text(json.dumps(done))
 
     def abort(self) -> None:
@@ -309,11 +327,14 @@ class MLflow(Tracker):
     def open(self, name: str, cfg: RunConfig):
         client, eid = self.client()
         found = self.runs(cfg.key())
-        if any(r.data.tags.get("fedala_lab.logged") == "true" for r in found):
+        done = [r for r in found if r.data.tags.get("fedala_lab.logged") == "true"]
+        if done:
+            self.logged_already(name, cfg, done[0].data.tags.get("fedala_lab.clients"))
             return None
         for r in found:  # a log cut short: replaced
             client.delete_run(r.info.run_id)
-        run = client.create_run(eid, run_name=name, tags={"fedala_lab.key": cfg.key(), "fedala_lab.algo": cfg.algo})
+        run = client.create_run(eid, run_name=name, tags={"fedala_lab.key": cfg.key(), "fedala_lab.algo": cfg.algo,
+                                                          "fedala_lab.clients": self.clients.spec})
         from mlflow.entities import Param
 
         params = [Param(k, v if isinstance(v, str) else json.dumps(v)) for k, v in hyper_parameters(cfg).items()]
