@@ -378,7 +378,7 @@ def finished_status(got: Fetched, seconds: float, what: str = "run(s)") -> str:
     served: dict[str, list[str]] = {}  # where and when -> the runs computed there
     for run, cached in zip(got.runs, got.cached):
         if cached:
-            served.setdefault(computed_on(run), []).append(algo_label(run.config.algo))
+            served.setdefault(computed_on(run), []).append(f"{algo_label(run.config.algo)} (key {run.config.key()})")
     if not served:
         return line + "."
     said = "; ".join(f"{', '.join(names)} {where}" for where, names in served.items())
