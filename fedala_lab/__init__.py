@@ -66,7 +66,7 @@ def __getattr__(name):  # heavy pieces (torch engine, store) load on first use
 
         return get_or_run
     if name == "get_or_run_many":
-        from .experiments.pool import get_or_run_many
+        from .experiments.execute import get_or_run_many
 
         return get_or_run_many
     if name == "load_run":

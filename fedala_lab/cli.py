@@ -38,6 +38,7 @@ from .config import (
 )
 from .environ import check_environment
 from .errors import ConfigError, FedalaError, SweepFailed, TrainingDiverged
+from .experiments.execute import compute, rounds_bar, still_to_do
 from .experiments.plans import PLAN_NAMES, SWEEPS, SweepSpec, axis_name, sweep_preset
 from .experiments.presets import check_partition, preset
 from .experiments.runs import CACHE_MODES, cache_mode, get_or_run
@@ -155,20 +156,29 @@ def _flag_changes(args) -> dict:
 
 
 def cmd_run(args) -> int:
-    from .compute.device import resolve_device
-    from .data.federated import FederatedData
-
+    """The algorithms asked for, on the same data: the runs the store lacks computed side by side
+    (experiments/execute.py, ``--processes``), then each read from the store (bit for bit one after the other)."""
     cfgs = _configs_from_args(args)
     store = RunStore(args.store)
     trackers = _trackers(args)  # a bad --tracker is refused before any run
-    results, failed = [], []
+    cache = cache_mode(args.cache, args.force)
     check_partition(cfgs[0])  # the paper's MNIST partition, when missing: where it comes from
-
-    data = FederatedData.from_config(cfgs[0].data, resolve_device(cfgs[0].device))
+    statuses = {}
+    if cache != "off":
+        todo = still_to_do(cfgs, store, force=cache == "refresh")
+        with rounds_bar(sum(c.rounds for c in todo), desc=", ".join(c.algo for c in todo),
+                        progress=bool(todo) and not args.no_progress and not args.json) as on_round:
+            statuses = compute(cfgs, store, processes=args.processes, on_round=on_round, trackers=trackers,
+                               force=cache == "refresh")
+    results, failed = [], []
     for cfg in cfgs:
+        st = statuses.get(cfg.key(), {})
         try:
-            run = get_or_run(cfg, store, data=data, progress=not args.no_progress and not args.json,
-                             force=args.force, cache=args.cache, trackers=trackers)
+            if isinstance(st.get("error"), FedalaError):
+                raise st["error"]  # refused where it was computed: said once, not computed again
+            # computed above (or stored already): read from the store; with --cache off, computed here
+            run = get_or_run(cfg, store, progress=cache == "off" and not args.no_progress and not args.json,
+                             cache=cache if cache == "off" else "use", trackers=trackers)
         except TrainingDiverged as err:
             # the other algorithms still run; the command ends non-zero with the message, every time
             failed.append(f"{cfg.algo}: {err}")
@@ -176,12 +186,12 @@ def cmd_run(args) -> int:
             if args.json:
                 print(json.dumps(json_safe(row), allow_nan=False), flush=True)
             continue
+        served = st.get("status") == "stored"
         s = run.summary()
         row = {"algo": cfg.algo, "best_acc": s["best_acc"], "final_acc": s["final_acc"], "rounds": s["rounds"],
                "seconds": s["seconds"], "bytes_up": s["bytes_up"], "bytes_down": s["bytes_down"],
-               "status": s["status"], "run_dir": str(run.path), "served": run.served,
-               "computed_on": computed_on(run)}
-        if run.served and not args.json and args.no_progress:  # get_or_run said it beside its progress bar
+               "status": s["status"], "run_dir": str(run.path), "served": served, "computed_on": computed_on(run)}
+        if served and not args.json:
             sys.stderr.write(f"fedala-lab: {served_note(run)}\n")
         for key in ("capped_clients", "untrained_clients"):
             if s.get(key):
@@ -406,6 +416,9 @@ def _add_run(sub) -> None:
     r.add_argument("--json", action="store_true",
                    help="one JSON object per algorithm on stdout (accuracies in %%)")
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
+    r.add_argument("--processes", default="auto", metavar="N",
+                   help="runs computed side by side: auto (default: one per CPU core, at most 4; "
+                        "$FEDALA_LAB_PROCESSES) or a number (1: one after the other in this process)")
     r.add_argument("--force", action="store_true", help="recompute even if the store has the run (--cache refresh)")
     r.add_argument("--cache", choices=CACHE_MODES, default="use",
                    help="use (default): serve a stored run of the identical config, data and code; refresh: "

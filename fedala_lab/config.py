@@ -147,15 +147,15 @@ class RunConfig:
     snapshot_from: int = param_field(1, Int(1, MAX_ROUNDS), "the first round snapshots are kept for")
     keep_states: str = param_field("last", Rule(lambda v: _parse_rounds(v) is not None, _ROUNDS_TEXT),
                                    "engine states the run store keeps with the finished run, as points later runs "
-                                   "branch from (an MNIST CNN state is ≈ 49 MB); never part of the key")
+                                   "branch from (a state holds every client's model); never part of the key")
     backend: str = param_field("auto", Choice(BACKENDS), "auto: vectorised on a GPU and for small models; on a "
                                "CPU models over 200k parameters train a client at a time in worker processes")
     device: str = param_field("auto", Rule(_device_name, "auto, cpu, cuda, cuda:<n> (n a GPU index >= 0) or mps"),
                               "auto = cuda, then mps, then cpu; never part of the key")
     checkpoint_every: int = param_field(10, Int(0), "save a resumable checkpoint every k rounds (0 = never)")
     threads: int | None = param_field(None, Optional(Int(1)), "torch CPU threads during the run; none = one per "
-                                      "process on a CPU (a busy neighbour made torch's default threads 18× slower "
-                                      "here); never part of the key")
+                                      "process on a CPU (robust against a busy neighbour: docs/design.md#performance)"
+                                      "; never part of the key")
     # The algorithms' hyper-parameters set to other than their declared defaults, as sorted (name, value)
     # pairs; read them as attributes (cfg.mu), set them as keywords (RunConfig(mu=0.01), cfg.replace(p=2)).
     params: tuple = ()

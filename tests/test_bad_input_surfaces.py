@@ -28,7 +28,8 @@ from fedala_lab.algorithms.plugins import load_plugins
 from fedala_lab.errors import ConfigError, HookError, SplitFailed
 from fedala_lab.experiments import pool as pool_mod
 from fedala_lab.experiments import runs as runs_mod
-from fedala_lab.experiments.pool import get_or_run_many, processes_setting
+from fedala_lab.experiments.execute import get_or_run_many
+from fedala_lab.experiments.pool import processes_setting
 from fedala_lab.experiments.presets import preset
 from fedala_lab.experiments.runs import get_or_run
 from fedala_lab.record.store import RunStore

@@ -184,7 +184,7 @@ def test_an_edited_install_has_another_package_fingerprint(tmp_path):
 def test_a_sweep_worker_with_other_code_computes_nothing_and_says_so(tmp_path):
     """A worker process keys the run with its own code; when that is not the caller's (fedala_lab edited while
     a sweep runs), it refuses instead of storing the run under a key the caller never asks for."""
-    from fedala_lab.experiments.sweeps import run_in_worker
+    from fedala_lab.experiments.pool import run_in_worker
 
     cfg = _tiny(algo="fedavg")
     out = run_in_worker(cfg.to_dict(), str(tmp_path), False, 1, expect="0" * 12)

@@ -126,7 +126,7 @@ def chain(model: nn.Module, start: int = 0, stop: int | None = None, *,
 def plain_forward(layers, params: dict, x: torch.Tensor) -> torch.Tensor:
     """One model's ``layers`` (:func:`chain`) on ``x`` with ``params`` (unbatched), by the calls the modules'
     own forward makes (``F.linear``…), so equal to ``functional_call`` bit for bit, without its cost of
-    swapping the module's parameters (≈ 0.2 ms a call: ALA's feature pass on the lecture's MLP)."""
+    swapping the module's parameters (a large share of ALA's feature pass on the lecture's MLP)."""
     for prefix, m in layers:
         if isinstance(m, nn.Linear):
             x = F.linear(x, params[prefix + "weight"], params.get(prefix + "bias"))

@@ -5,16 +5,17 @@
   protocol, FedLAMA's comparison; the named reproduction sweeps.
 - runs.py: :func:`get_or_run` (the run store, else simulate and save), :class:`RunCache`, and the runs of
   the Fig. 4 protocol and of FedLAMA's comparison.
-- sweeps.py: :func:`run_sweep`, sequentially, on a process pool or on Ray.
-- pool.py: :func:`get_or_run_many` (several runs, the missing ones side by side in processes) and the
-  :class:`RunPool` behind it and behind the app's clicks.
+- execute.py: the one way runs a store lacks are computed (:func:`~.execute.compute`: in this process, side by
+  side in processes, on Ray), and :func:`get_or_run_many` on top of it.
+- pool.py: the processes behind it (:class:`RunPool`, kept by the app between clicks) and one run there.
+- sweeps.py: :func:`run_sweep`: a grid expanded, its runs computed, their table.
 - trackers.py: the runs asked for, logged to TensorBoard or MLflow (``trackers=`` of the above).
 
 Analysis and figures never reach in here: they get runs, and this layer gets them the runs.
 """
 
+from .execute import get_or_run_many
 from .plans import Plan, SweepSpec, build_plan, comparison_configs, fig4_configs, sweep_preset
-from .pool import get_or_run_many
 from .presets import preset
 from .runs import RunCache, comparison_runs, fig4_runs, get_or_run, has_train_loss
 from .sweeps import SweepResult, run_sweep

@@ -235,7 +235,7 @@ FEDLAMA_SCALES = {
     # teach problem (embedded MNIST subset, 20 clients, Dir(0.1), MLP), 100 rounds of τ0 = 5 steps: seconds on a CPU
     "quick": ("teach-fedlama", {}),
     # the FedALA repository's MNIST Dir(0.1) partition, FedAvgCNN, reference lr 0.005 and batch 10; τ0 = 50 steps,
-    # 200 rounds (10,000 steps ≈ 4 epochs of a median client). GPU scale: a CPU round costs ≈ 20 s.
+    # 200 rounds (10,000 steps ≈ 4 epochs of a median client). GPU scale (benchmarks/results.md: CPU rounds).
     "full": ("mnist-dir0.1", {"tau0": 50, "local_steps": 50, "phi": 2, "rounds": 200, "shuffle": True,
                               "record_train_loss": False, "eval_every": 2, "checkpoint_every": 20}),
 }
@@ -511,7 +511,7 @@ def _paper_plan() -> Plan:
 
 def _mnist_plan() -> Plan:
     R = MNIST_ROUNDS
-    # checkpoints every 2 rounds: a killed call loses at most one round (≈ 15 s) of the run it was in
+    # checkpoints every 2 rounds: a killed call loses at most one round of the run it was in
     pathological = preset("mnist-pat", rounds=R, checkpoint_every=2)
     return Plan(
         name="mnist", base_name="mnist-dir0.1", practical=preset("mnist-dir0.1", rounds=R, checkpoint_every=2),

@@ -1,4 +1,9 @@
-"""Runs computed side by side in processes that stay up between calls: the lecture app's clicks.
+"""The processes that compute runs side by side (experiments/execute.py's pool), and what each run is there.
+
+- :func:`run_in_worker`: one run, in whichever process computes it (this one, a pool process, a Ray task).
+- :class:`RunPool`: processes that stay up between calls (the app keeps one for its clicks; a sweep or
+  :func:`~fedala_lab.experiments.execute.get_or_run_many` makes one for the call).
+- :func:`processes_setting`, :func:`most_processes`, :func:`default_processes`: how many, at most, by default.
 
 A click asks for a few independent runs (FedAvg, FedALA and Local by default). On the lecture's small models
 each run is bound by Python's per-step overhead on one core, so threads of one process gain little (they share
@@ -7,9 +12,8 @@ the time of the longest pair instead of the sum (docs/design.md#performance). St
 (importing torch), so the processes are spawned once, warmed (imports, data, the engine's first steps) before
 the first click, and kept.
 
-Each run goes through :func:`~fedala_lab.experiments.runs.get_or_run` into the caller's run store, exactly as
-a sweep's worker does (:func:`~fedala_lab.experiments.sweeps.run_in_worker`): the store's lock, checkpoints, a
-run folder written under a temporary name and renamed. Every process runs one torch thread, as the caller's simulations do
+Each run goes through :func:`run_in_worker` and :func:`~fedala_lab.experiments.runs.get_or_run` into the
+caller's run store: the store's lock, checkpoints, a run folder written under a temporary name and renamed. Every process runs one torch thread, as the caller's simulations do
 on a CPU, so a run computed here is the run computed in the caller's process, bit for bit (tested).
 
     pool = RunPool(2, store_root)
@@ -29,19 +33,94 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
-from ..algorithms.plugins import plugin_modules
+from ..algorithms.plugins import load_plugins, plugin_modules
 from ..algorithms.registry import specs
 from ..compute.parallel import available_cpus, main_not_rerun
 from ..config import RunConfig
 from ..environ import PROCESSES, env_count
-from ..errors import ConfigError, FedalaError
-from .sweeps import failure, run_in_worker
+from ..errors import ConfigError, FedalaError, RunCancelled, TrainingDiverged
+from .runs import get_or_run
 
 # How long a warming process waits for the others to take their own warm-up (so that each process takes one).
 WARM_WAIT_S = 60.0
 POLL_S = 0.05  # how often compute() looks at the rounds reported and at the stop flag
 PARENT_POLL_S = 1.0  # how often a pool process checks that the app is still there
 SLOTS = 64  # compute() calls in flight at once (the app serves --concurrency clicks at a time)
+
+
+def _set_threads(threads: int | None) -> None:
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
+
+
+def run_in_worker(cfg_dict: dict, store_root: str | None, force: bool, threads: int | None,
+          rounds_queue=None, train_workers: int | None = None, trackers=(), plugins=(),
+          expect: str | None = None, stop=None) -> dict | object:
+    """Run one config in a worker (process pool or Ray task).
+
+    With ``store_root`` the run goes through :func:`get_or_run` there (checkpoints, resume, atomic
+    folder) and a small status dict comes back; without, the :class:`Run` itself is returned.
+    ``rounds_queue`` (pool only) receives (key, round, accuracy) after every round, for the progress bar.
+    ``train_workers``: processes per run for local training on a CPU (the "workers" backend): a pool of
+    n runs at once gives each cores ÷ n, so that runs and their training processes fit the cores.
+    ``trackers`` log the run as it goes (with ``store_root`` only; the sweep logs the others afterwards).
+    ``plugins``: (module, folder) pairs to import first (:func:`~fedala_lab.algorithms.plugins.plugin_modules`:
+    the caller's registered algorithms). ``expect``: the run key the caller computed; a worker whose code
+    gives another (fedala_lab or a plugin edited while the sweep runs) computes nothing and says so.
+    ``stop`` (an event, experiments/pool.py): once set, the run stops after its current round (its checkpoint
+    kept) and comes back as {"status": "stopped", "run": what it recorded}; set before it starts, nothing runs.
+    A run refused on purpose (a FedalaError: a split that cannot be drawn) comes back "failed" with its
+    ``error`` besides its ``message``.
+    """
+    _set_threads(threads)
+    try:
+        for module, folder in plugins:  # each from the folder the caller imported it from
+            load_plugins([module], paths=[folder])
+        cfg = RunConfig.from_dict(cfg_dict)
+    except FedalaError as err:
+        return {"key": "", "status": "failed", "message": failure(err), "error": err}
+    key = cfg.key()
+    if expect is not None and key != expect:
+        return {"key": expect, "status": "failed", "message": (
+            f"this worker's code is not the caller's: it keys the run {key}, the caller {expect} (fedala_lab or a "
+            "plugin was edited while the sweep ran, or the worker imports another installation); nothing was "
+            "computed: run the sweep again")}
+
+    def report(sim, row):
+        if rounds_queue is not None:
+            rounds_queue.put((key, int(row["round"]), float(row["acc"])))
+        return stop is None or not stop.is_set()
+
+    callback = report if rounds_queue is not None or stop is not None else None
+    if stop is not None and stop.is_set():
+        return {"key": key, "status": "not started", "message": ""}
+    try:
+        if store_root is None:
+            from ..engine.simulate import simulate
+
+            try:
+                return simulate(cfg, progress=False, callback=callback, workers=train_workers)
+            except TrainingDiverged as err:
+                return err.run
+        run = get_or_run(cfg, store_root, progress=False, force=force, callback=callback, workers=train_workers,
+                         trackers=trackers)
+    except TrainingDiverged as err:  # saved with status "diverged"; the sweep goes on
+        return {"key": key, "status": "diverged", "message": str(err)}
+    except RunCancelled as err:  # its checkpoint is kept: asking again resumes it
+        return {"key": key, "status": "stopped", "message": str(err), "run": err.run}
+    except FedalaError as err:  # the error itself too: it pickles whole, and the caller may raise it
+        return {"key": key, "status": "failed", "message": failure(err), "error": err}
+    except Exception as err:  # noqa: BLE001 - its message comes back as text, whatever it is (and pickles)
+        return {"key": key, "status": "failed", "message": failure(err)}
+    return {"key": key, "status": run.status, "message": ""}
+
+
+def failure(err: BaseException) -> str:
+    """A failed run's one-line reason: a FedalaError's own message, else the error's type and message."""
+    text = " ".join(str(err).split())
+    return text if isinstance(err, FedalaError) else f"{type(err).__name__}: {text}"
 
 
 # What every pool process is given when it starts (_init): where it reports rounds, the calls' stop flags,
@@ -65,7 +144,7 @@ def _init(parent: int, rounds, flags, barrier) -> None:
 @dataclass(frozen=True)
 class _Call:
     """One :meth:`RunPool.compute` call as its runs see it: ``put`` reports a round, ``is_set`` reads its stop
-    flag (what :func:`~fedala_lab.experiments.sweeps.run_in_worker` takes as its queue and its stop event)."""
+    flag (what :func:`run_in_worker` takes as its queue and its stop event)."""
 
     slot: int
 
@@ -76,11 +155,12 @@ class _Call:
         return bool(_SHARED["flags"][self.slot])
 
 
-def _run(call: _Call, cfg_dict: dict, store_root: str, train_workers: int, plugins, expect: str) -> dict:
+def _run(call: _Call, cfg_dict: dict, store_root: str, train_workers: int, plugins, expect: str, force: bool,
+         trackers) -> dict:
     """In a pool process: one run into the store, one torch thread, its rounds reported and its stop flag read
     through ``call``."""
-    return run_in_worker(cfg_dict, store_root, False, 1, rounds_queue=call, train_workers=train_workers,
-                         plugins=plugins, expect=expect, stop=call)
+    return run_in_worker(cfg_dict, store_root, force, 1, rounds_queue=call, train_workers=train_workers,
+                         trackers=trackers, plugins=plugins, expect=expect, stop=call)
 
 
 def _warm(cfg_dicts: list[dict]) -> None:
@@ -134,13 +214,15 @@ class RunPool:
         return self._pool
 
     def compute(self, cfgs: Iterable[RunConfig], *, stop: threading.Event | None = None,
-                on_round: Callable[[str, int, float], None] | None = None) -> dict[str, dict]:
+                on_round: Callable[[str, int, float], None] | None = None, force: bool = False,
+                trackers=()) -> dict[str, dict]:
         """Compute ``cfgs`` (into the store; a stored run is served from it) in the processes, at most
         ``processes`` at once, in the order given. ``on_round(key, round, accuracy)`` is called here, in the
         caller's thread, for every round a process finishes; once ``stop`` is set, running runs stop after
-        their current round (their checkpoints kept) and waiting ones do not start.
+        their current round (their checkpoints kept) and waiting ones do not start. ``force``: recompute stored
+        runs; ``trackers`` log each run as it goes. (experiments/execute.py's compute is the way in.)
 
-        Returns, by config key, what :func:`~fedala_lab.experiments.sweeps.run_in_worker` returned: ``status``
+        Returns, by config key, what :func:`run_in_worker` returned: ``status``
         ("complete", "diverged", "failed" with its ``message``, "stopped" with ``run``: what it recorded, or
         "not started"). A process that died fails its runs ("failed"); the pool is then rebuilt at the next call.
         """
@@ -155,7 +237,7 @@ class RunPool:
             with main_not_rerun():  # a process that died is replaced at a submit
                 pool = self._ensure()
                 futures = {pool.submit(_run, _Call(slot), c.to_dict(), self.store_root, per_run, plugins,
-                                       c.key()): c.key() for c in cfgs}
+                                       c.key(), force, trackers): c.key() for c in cfgs}
         results: dict[str, dict] = {}
         pending = set(futures)
 
@@ -205,69 +287,6 @@ class RunPool:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
-
-
-def get_or_run_many(cfgs: Iterable[RunConfig], store=None, *, processes: int | str = "auto", progress: bool = True,
-                    desc: str = "runs") -> list:
-    """The finished runs of ``cfgs``, in their order, as :func:`~fedala_lab.experiments.runs.get_or_run` gives each
-    (from ``store``, else computed and saved there), the ones the store lacks computed side by side.
-
-    ``processes``: "auto" (one per CPU core this process may use, at most 4, and 1 with a GPU), or a number; with
-    more than one and at least two runs to compute, they run in that many spawned processes at one torch thread
-    each (bit for bit the runs this process would compute), the processes ended on return. ``progress``: one bar
-    over the rounds of the runs computed. A run refused there (a FedalaError: a split that cannot be drawn, a
-    plugin's hook that raised) raises its error here once the others are done and stored, without being tried
-    again; one that diverged or failed otherwise is asked for again here, which raises its error as
-    :func:`get_or_run` would.
-
-        runs = get_or_run_many([preset("teach", algo=a, seed=s) for a in ("fedavg", "fedala") for s in (0, 1, 2)])
-    """
-    from tqdm.auto import tqdm
-
-    from ..record.store import open_store
-    from .runs import get_or_run
-
-    cfgs = _configs(cfgs)
-    store = open_store(store)
-    n = processes_setting(processes)
-    todo = to_compute(cfgs, store)
-    refused: dict[str, Exception] = {}
-    if n > 1 and len(todo) > 1:
-        pool = RunPool(min(n, len(todo)), store.root)
-        total = sum(c.rounds for c in todo)
-        with tqdm(total=total, desc=desc, unit="round", disable=not progress, dynamic_ncols=True) as bar:
-            try:
-                results = pool.compute(todo, on_round=lambda key, t, acc: bar.update(1))
-            finally:
-                pool.close()
-            bar.update(total - bar.n)  # rounds a resumed or branched run did not compute
-        refused = {k: r["error"] for k, r in results.items() if isinstance(r.get("error"), FedalaError)}
-    runs = []
-    for c in cfgs:
-        if c.key() in refused:
-            raise refused[c.key()]  # as get_or_run would raise it, not drawn or computed a second time
-        runs.append(get_or_run(c, store, progress=False))
-    return runs
-
-
-def _configs(cfgs) -> list[RunConfig]:
-    """``cfgs`` as a list of RunConfigs, or a ConfigError naming what is not one."""
-    if isinstance(cfgs, (RunConfig, str, bytes, dict)) or not isinstance(cfgs, Iterable):
-        raise ConfigError("cfgs", cfgs, "a list of RunConfigs (for one config: get_or_run(cfg))")
-    cfgs = list(cfgs)
-    for c in cfgs:
-        if not isinstance(c, RunConfig):
-            raise ConfigError("cfgs", c, "RunConfigs only, e.g. preset('teach', algo='fedavg') (an algorithm's "
-                              "name alone is not a config)")
-    return cfgs
-
-
-def to_compute(cfgs: Iterable[RunConfig], store) -> list[RunConfig]:
-    """The configs of ``cfgs`` (each once) that ``store`` holds no finished or diverged run of and that run on a
-    CPU: what processes can compute side by side (a GPU's runs are the GPU's, not the cores'). Checked from the
-    store's manifests (``status``), without loading a run."""
-    return list({c.key(): c for c in cfgs if not str(c.device).startswith("cuda")
-                 and store.status(c).state not in ("complete", "diverged")}.values())
 
 
 def processes_setting(value) -> int:
@@ -321,13 +340,12 @@ def _memory() -> int | None:
 
 def default_processes() -> int:
     """Processes for several runs at once when ``$FEDALA_LAB_PROCESSES`` is unset: one per core this process may
-    use, at most 4 (a click asks for 3 runs by default; each process holds its own torch: ≈ 0.34 GB of its own
-    memory after a teach run), and 1 where a GPU is present (its runs are the GPU's, not the cores'); 1: none,
+    use, at most 4 (a click asks for 3 runs by default; each process holds its own torch and data: its memory is
+    measured in benchmarks/results.md), and 1 where a GPU is present (its runs are the GPU's, not the cores'); 1: none,
     the runs are computed in the caller's process."""
     import torch
 
     return 1 if torch.cuda.is_available() else max(1, min(4, available_cpus()))
 
 
-__all__ = ["RunPool", "default_processes", "get_or_run_many", "most_processes", "processes_setting",
-           "to_compute"]
+__all__ = ["RunPool", "default_processes", "failure", "most_processes", "processes_setting", "run_in_worker"]

@@ -65,8 +65,8 @@ def _teach() -> RunConfig:
         # ALA s ablation is resolved, which the 8×8 digits did not show (docs/design.md#data; teach-digits).
         data=DataConfig(dataset="mnist_mini", partition="dirichlet", beta=0.1, num_clients=20),
         # An MLP sized by the input, 196→128→64→10 (blocks fc1, fc2, fc: p = 1…3). On a CPU a vmapped conv
-        # becomes a slow grouped conv (≈ 5 ms per step for 20 clients vs ≈ 2 ms for the MLP);
-        # model="smallcnn" gives the paper's four-block CNN shape at about twice the time.
+        # becomes a slow grouped conv (docs/design.md#performance); model="smallcnn" gives the paper's
+        # four-block CNN shape, slower.
         model="mlp",
         rounds=50,
         # A small problem: a larger step than the paper's 0.005 reaches a plateau in 50 rounds.
@@ -81,8 +81,8 @@ def _teach() -> RunConfig:
 
 def _teach_digits() -> RunConfig:
     # The teach preset before the embedded MNIST subset: scikit-learn's 8×8 digits (1,797 images), MLP
-    # 64→128→64→10, train-split losses recorded. ≈ 2× faster, but FedAvg's accuracy does not fall in order
-    # of heterogeneity there (docs/design.md#data).
+    # 64→128→64→10, train-split losses recorded. Faster, but FedAvg's accuracy does not fall in order of
+    # heterogeneity there (docs/design.md#data).
     return _teach().replace(dataset="digits", record_train_loss=True)
 
 
@@ -112,7 +112,7 @@ def _mnist_dir01() -> RunConfig:
         rounds=2000, lr=0.005, batch_size=10, eta=1.0, s=80, p=1, join_ratio=1.0,
         eval_every=1,
         # The train-split losses (Fig. 5) cost two forward passes over all 52,492 train images per evaluated
-        # round, ≈ 12 s of a CPU round, and change no result: off; Fig. 5 asks for them (needs=).
+        # round, a large share of a CPU round, and change no result: off; Fig. 5 asks for them (needs=).
         record_train_loss=False,
         checkpoint_every=50,
     )
@@ -125,7 +125,7 @@ def _mnist_pat() -> RunConfig:
         data=DataConfig(dataset=mnist_pathological_dataset(), partition="pathological", classes_per_client=2,
                         num_clients=20),
         model="fedavgcnn", rounds=2000, lr=0.005, batch_size=10, checkpoint_every=50,
-        record_train_loss=False,  # as mnist-dir0.1: recording only, ≈ 12 s of a CPU round
+        record_train_loss=False,  # as mnist-dir0.1: recording only, costly on a CPU
     )
 
 

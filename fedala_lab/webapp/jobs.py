@@ -30,7 +30,8 @@ import gradio as gr
 
 from ..config import algo_label
 from ..errors import FedalaError, FilesMissing, RunCancelled, SplitFailed
-from ..experiments.pool import RunPool, to_compute
+from ..experiments.execute import compute
+from ..experiments.pool import RunPool
 from ..experiments.runs import RunCache
 from ..record.run import Run, computed_on
 from ..record.store import RunStore
@@ -337,12 +338,10 @@ class Jobs:
         return Fetched(runs, [r.config.key() not in computed for r in runs], stopped, status)
 
     def _side_by_side(self, job: Job, cfgs, places: dict, total: int, computed: set) -> list[Run]:
-        """Compute the runs of ``cfgs`` the store lacks in :attr:`pool`'s processes, every round on the progress
-        bar; returns those that Stop interrupted (what they recorded), in ``cfgs``' order. A run that failed or
-        diverged there is left to ``get``, which computes or reads it again here and reports it as usual."""
-        todo = to_compute(cfgs, self.store)
-        if len(todo) < 2:  # one run gains nothing from another process
-            return []
+        """Compute the runs of ``cfgs`` the store lacks (experiments/execute.py: in :attr:`pool`'s processes, one
+        in this process), every round on the progress bar; returns those that Stop interrupted (what they
+        recorded), in ``cfgs``' order. A run that failed or diverged is left to ``get``, which reads it again or
+        computes it here and reports it as usual."""
         latest: dict[str, tuple[int, float]] = {}  # key → (round, accuracy) last reported
 
         def on_round(key, t, acc):
@@ -354,8 +353,8 @@ class Jobs:
                 parts.append(f"{name}: round {r}/{n}" + ("" if math.isnan(a) else f" · accuracy {a:.1f} %"))
             job.progress((sum(r for r, _ in latest.values()), total), desc=" | ".join(parts), unit="rounds")
 
-        results = self.pool.compute(todo, stop=job.stop, on_round=on_round)
-        return [results[c.key()]["run"] for c in todo if results.get(c.key(), {}).get("status") == "stopped"]
+        results = compute(cfgs, self.store, pool=self.pool, stop=job.stop, on_round=on_round)
+        return [results[c.key()]["run"] for c in dict.fromkeys(cfgs) if results[c.key()]["status"] == "stopped"]
 
 
 def stopped_status(stopped: Run, runs: list, places: dict, asked: int) -> str:
