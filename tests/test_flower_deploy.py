@@ -1,7 +1,11 @@
 """Flower's deployment path on this machine, as docs/flower.md gives it: a SuperLink and two SuperNodes on
-127.0.0.1 (``--insecure``, free local ports; fedala_lab.flower.local), ``flwr run`` on the app, the stored run
-compared with the engine's — every recorded number but wall-clock seconds, and the final global model, bit for
-bit.
+127.0.0.1 (free local ports; fedala_lab.flower.local), ``flwr run`` on the app, the stored run compared with the
+engine's — every recorded number but wall-clock seconds, and the final global model, bit for bit.
+
+The secured federation (``TestSecured``, first, its federation stopped before the other starts): TLS with
+certificates made at first use and SuperNode authentication. Its run equals the engine's; a SuperNode whose key
+was not registered is refused, and so are a SuperNode and ``flwr`` without the root certificate (and Python's
+own TLS client); no private key is readable by others, and none of their material is in any log or output.
 
 A lost node is ``kill -9`` of a SuperNode (its process group and the processes under it) while it serves a
 round: with ``rejoin=0`` the run stops naming the client and the round (``flwr run`` exits 0 in Flower 1.42:
@@ -18,7 +22,12 @@ two missed heartbeats (the federation here beats every 10 s, so ≈ 20 s; Flower
 
 from __future__ import annotations
 
+import json
 import re
+import socket
+import ssl
+import stat
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -27,7 +36,8 @@ import pytest
 from test_flower import assert_same, engine
 
 import fedala_lab as fl
-from fedala_lab.flower.local import LocalFederation, until
+from fedala_lab.errors import FedalaError
+from fedala_lab.flower.local import LocalFederation, free_port, until
 from fedala_lab.record.store import RunStore
 
 pytestmark = pytest.mark.slow
@@ -62,6 +72,89 @@ def config(algo: str, rounds: int, store, **app) -> tuple[fl.RunConfig, str]:
     keys = {"preset": "'teach-digits'", "algo": f"'{algo}'", "rounds": rounds,
             "set": "'num_clients=2 backend=loop'", "store": f"'{store}'", "join": 60, **app}
     return cfg, " ".join(f"{k}={v}" for k, v in keys.items())
+
+
+class TestSecured:
+    """One secured federation (TLS, SuperNode authentication, 2 SuperNodes) for every check of this class."""
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def fed(cls, tmp_path_factory):
+        with LocalFederation(tmp_path_factory.mktemp("secured"), clients=2, tls=True, authenticate=True) as fed:
+            yield fed
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def printed(cls) -> list[str]:
+        """What flwr printed in these tests, searched for secrets at the end."""
+        return []
+
+    def test_the_secured_federation_gives_the_engines_run(self, fed, printed, tmp_path):
+        assert any("--enable-supernode-auth" in c and "--ssl-certfile" in c for c in fed.commands)
+        assert "--insecure" not in " ".join(fed.commands)
+        assert "Uvicorn running on https://127.0.0.1" in fed.log("superlink")
+        store = RunStore(tmp_path / "runs")
+        cfg, rc = config("fedala", 2, store.root)
+        code, out, run_id = fed.run(rc, timeout=RUN)
+        printed.append(out)
+        assert code == 0 and fed.status(run_id)["status"] == "finished:completed", out[-3000:]
+        assert_stored_equals_engine(store, cfg, out)
+
+    def test_a_supernode_with_an_unregistered_key_is_refused(self, fed, printed):
+        with pytest.raises(FedalaError, match=r"SuperNode stranger: the process ended \(exit \d+\)(.|\n)*Failed to "
+                                              r"activate SuperNode"):
+            fed.supernode(1, "stranger", register=False)
+        assert "No SuperNode found with the given public key" in fed.log("superlink")
+        listed = fed.flwr("supernode", "list", "lab", "--format", "json")
+        printed.append(listed.stdout + listed.stderr)
+        nodes = json.loads(listed.stdout)["nodes"]
+        assert {int(n["node-id"]) for n in nodes} == {fed.registered["node0"], fed.registered["node1"]}
+
+    def test_a_client_without_the_root_certificate_cannot_connect(self, fed, printed, tmp_path):
+        # Python's TLS client: refused with the system's roots, connected with the federation's CA
+        with pytest.raises(ssl.SSLCertVerificationError), socket.create_connection(("127.0.0.1", fed.port), 10) as s:
+            ssl.create_default_context().wrap_socket(s, server_hostname="127.0.0.1")
+        with socket.create_connection(("127.0.0.1", fed.port), 10) as s, ssl.create_default_context(
+                cafile=fed.certificates.ca).wrap_socket(s, server_hostname="127.0.0.1") as tls:
+            assert tls.version() in ("TLSv1.2", "TLSv1.3")
+        # flwr: a connection without root-certificates (the system's roots), or without TLS
+        for trust in ("", "insecure = true\n"):
+            home = tmp_path / f"home{len(trust)}"
+            home.mkdir()
+            (home / "config.toml").write_text(f'[superlink]\ndefault = "x"\n[superlink.x]\n'
+                                              f'address = "127.0.0.1:{fed.port}"\n{trust}')
+            res = subprocess.run([str(fed.bin / "flwr"), "supernode", "list", "x"], capture_output=True, text=True,
+                                 env={**fed.env, "FLWR_HOME": str(home)}, timeout=120, check=False)
+            printed.append(res.stdout + res.stderr)
+            assert res.returncode != 0 and "Connection to the SuperLink is unavailable" in res.stdout + res.stderr
+        # a SuperNode with a registered key but no root certificate: it cannot verify the SuperLink
+        fed.register("no-ca")
+        proc = fed.start("no-ca", "flower-supernode", "--auth-supernode-private-key", str(fed.folder / "keys/no-ca"),
+                         "--superlink", f"127.0.0.1:{fed.port}", "--port", str(free_port()),
+                         "--node-config", "partition-id=1 num-partitions=2")
+        try:
+            assert proc.wait(timeout=fed.start_timeout) != 0
+        finally:
+            fed.kill("no-ca")
+        assert "CERTIFICATE_VERIFY_FAILED" in fed.log("no-ca") and "SuperNode ID:" not in fed.log("no-ca")
+
+    def test_nothing_secret_is_logged_or_readable_by_others(self, fed, printed):
+        keys = sorted([fed.certificates.key, fed.folder / "tls" / "ca.key",
+                       *(p for p in (fed.folder / "keys").iterdir() if p.suffix != ".pub")])
+        assert len(keys) == 2 + 4  # node0, node1, stranger, no-ca
+        for path in fed.folder.rglob("*"):
+            if path.is_file() and b"PRIVATE KEY" in path.read_bytes():
+                assert path in keys, path
+            if path in keys:
+                assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+        assert stat.S_IMODE((fed.folder / "keys").stat().st_mode) == 0o700
+        texts = [*(fed.log(name) for name in fed.logs), *printed]
+        assert texts and "Push replies" in fed.log("superlink")  # the run's messages were logged
+        for key in keys:
+            body = [line for line in key.read_text().splitlines() if line and "PRIVATE KEY" not in line]
+            assert len(body) >= 3
+            for text in texts:
+                assert not any(line in text for line in body), key
 
 
 def kill_in_round(fed: LocalFederation, name: str, t: int, then=None) -> threading.Event:

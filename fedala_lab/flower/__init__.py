@@ -8,7 +8,8 @@
 or, as a Flower app, ``flwr run fedala_lab/flower/app`` (its pyproject.toml names ``server_app`` and
 ``client_app`` of :mod:`fedala_lab.flower.apps`); the same app runs on a deployment (a SuperLink and one
 SuperNode per client, ``--node-config "partition-id=<c>"``; :mod:`fedala_lab.flower.local` starts one on this
-machine), checkpointing every round so that a lost SuperNode costs a round, not the run.
+machine, with TLS and SuperNode authentication or without; :mod:`fedala_lab.flower.secure` makes the certificates
+and keys), checkpointing every round so that a lost SuperNode costs a round, not the run.
 
 The round is the engine's, cut between the server and the clients (fedala_lab/engine/sides.py): the client
 side runs the algorithm's ``initialise`` (ALA), evaluation and ``local_train`` on its own partition of the

@@ -1,22 +1,28 @@
-"""A Flower deployment on this machine: a SuperLink and one SuperNode per client on 127.0.0.1 (``--insecure``,
-free local ports), each in a process group of its own, Flower's home (``FLWR_HOME``: its connection config, the
-installed app) in a folder of its own — the deployment of docs/flower.md, as tests/test_flower_deploy.py and
-benchmarks/flower_round_time.py run it. Every wait has a deadline; :meth:`LocalFederation.close` (or leaving
-the ``with``) stops every process it started, by its process group and the processes Flower started under
-it.
+"""A Flower deployment on this machine: a SuperLink and one SuperNode per client on 127.0.0.1 (free local ports),
+each in a process group of its own, Flower's home (``FLWR_HOME``: its connection config, the installed app) in a
+folder of its own — the deployment of docs/flower.md, as tests/test_flower_deploy.py, tests/test_flower_secure.py
+and benchmarks/flower_round_time.py run it. Every wait has a deadline; :meth:`LocalFederation.close` (or leaving
+the ``with``) stops every process it started, by its process group and the processes Flower started under it.
 
     from fedala_lab.flower.local import LocalFederation
-    with LocalFederation("fed", clients=2) as fed:
+    with LocalFederation("fed", clients=2, tls=True, authenticate=True) as fed:
         code, out, run_id = fed.run("preset='teach-digits' algo='fedala' rounds=3 "
                                     "set='num_clients=2 backend=loop' store='/abs/path/runs/flower'")
         fed.status(run_id)["status"]          # "finished:completed" (flwr run's exit code is 0 either way)
 
 The commands it runs (``fed.commands`` after the start; ``<P>`` the SuperLink's port, ``<Q>`` a free port per
-SuperNode for its app processes):
+SuperNode for its app processes). Without ``tls`` each has ``--insecure`` instead of its certificate flags; without
+``authenticate`` there is no ``--enable-supernode-auth``, no key and no registration:
 
-    flower-superlink --insecure --host 127.0.0.1 --port <P> --disable-runtime-dependency-installation
-    flower-supernode --insecure --superlink 127.0.0.1:<P> --port <Q> --node-config "partition-id=<c> num-partitions=<N>"
-    flwr run <fedala_lab/flower/app> lab --stream --run-config "…"     ($FLWR_HOME/config.toml names "lab")
+    flower-superlink --ssl-ca-certfile tls/ca.crt --ssl-certfile tls/server.pem --ssl-keyfile tls/server.key \
+        --enable-supernode-auth --host 127.0.0.1 --port <P> --disable-runtime-dependency-installation
+    flwr supernode register keys/node<c>.pub lab --name node<c> --format json
+    flower-supernode --root-certificates tls/ca.crt --auth-supernode-private-key keys/node<c> \
+        --superlink 127.0.0.1:<P> --port <Q> --node-config "partition-id=<c> num-partitions=<N>"
+    flwr run <fedala_lab/flower/app> lab --stream --run-config "…"   ($FLWR_HOME/config.toml: "lab", its CA)
+
+The certificates and keys are made at first use in the folder (fedala_lab.flower.secure: private keys 0600) and
+reused after; ``certificates=(ca, cert, key)`` gives your own.
 """
 
 from __future__ import annotations
@@ -35,14 +41,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Self
 
-from ..errors import FedalaError
+from ..errors import ConfigError, FedalaError
+from .secure import Certificates, given_certificates, make_certificates, make_node_key, write_file
 
 APP = Path(__file__).resolve().parent / "app"
 START_SECONDS = 120.0  # a SuperLink or SuperNode up (a loaded machine starts Python slowly)
 RUN_SECONDS = 900.0  # one flwr run, unless the caller says
 # A SuperNode started with another heartbeat interval than Flower's fixed 30 s: Flower 1.42 reads it from a module
-# constant (no flag), so the constant is set before the SuperNode's modules are imported, which copy it.
-_SUPERNODE = ("import sys; import flwr.common.constant as c; c.HEARTBEAT_DEFAULT_INTERVAL = int(sys.argv.pop(1)); "
+# constant (no flag), which each module copies on import. Only the node's own heartbeat takes the new value (the
+# Fleet connection that declares it, the sender that keeps it): the SuperNode's task store keeps 30 s for its
+# ClientApp processes, which beat every 30 s themselves — with 10 there it took a ClientApp for crashed after
+# 20 s without a beat ("ClientApp stopped responding"), a slow round on a loaded machine.
+_SUPERNODE = ("import sys; import flwr.supercore.heartbeat as h, flwr.supernode.fleet_http_connection as f; "
+              "h.HEARTBEAT_DEFAULT_INTERVAL = f.HEARTBEAT_DEFAULT_INTERVAL = int(sys.argv.pop(1)); "
               "from flwr.supernode.cli import flower_supernode; sys.argv[0] = 'flower-supernode'; "
               "sys.exit(flower_supernode())")
 HEARTBEAT_MIN = 10  # the SuperLink refuses a shorter interval (flwr.common.constant.HEARTBEAT_MIN_INTERVAL)
@@ -55,9 +66,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def tail(log: Path, lines: int = 12) -> str:
+    """What a process said before it ended: ``log``'s lines from its last ERROR (else its last lines), at most
+    ``lines``, without terminal colours."""
+    try:
+        said = [line for line in re.sub(r"\x1b\[[0-9;]*m", "", log.read_text(errors="replace")).splitlines()
+                if line.strip()]
+    except OSError:
+        return ""
+    errors = [i for i, line in enumerate(said) if "ERROR" in line]
+    start = errors[-1] if errors else max(len(said) - lines, 0)
+    return "\n".join(said[start:start + lines])
+
+
 def until(what: str, check: Callable, seconds: float, proc: subprocess.Popen | None = None, log: Path | None = None):
     """Poll ``check()`` until it is truthy (returned); a FedalaError saying what was awaited after ``seconds``,
-    or at once when ``proc`` ends."""
+    or at once when ``proc`` ends (with the end of its log: why)."""
     end = time.monotonic() + seconds
     where = f" (its log: {log})" if log is not None else ""
     while True:
@@ -65,10 +89,23 @@ def until(what: str, check: Callable, seconds: float, proc: subprocess.Popen | N
         if got:
             return got
         if proc is not None and proc.poll() is not None:
-            raise FedalaError(f"{what}: the process ended (exit {proc.returncode}){where}")
+            said = f":\n{tail(log)}" if log is not None else ""
+            raise FedalaError(f"{what}: the process ended (exit {proc.returncode}){where}{said}")
         if time.monotonic() > end:
             raise FedalaError(f"{what}: not within {seconds:g} s{where}")
         time.sleep(0.2)
+
+
+def check_free(port: int, whose: str) -> None:
+    """A FedalaError naming ``port`` if something listens on it at 127.0.0.1 (before a process is started on it,
+    which would fail only seconds later, in its log)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind: old connections don't count
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as err:
+            raise FedalaError(f"{whose} port {port} on 127.0.0.1 is in use ({err.strerror}): stop what listens "
+                              "there, or choose another port") from None
 
 
 def descendants(pid: int) -> list[int]:
@@ -111,18 +148,53 @@ def alive(pid: int) -> bool:
 class LocalFederation:
     """A SuperLink and ``clients`` SuperNodes (partition-id 0 … clients−1) on 127.0.0.1, logging to
     ``<folder>/<name>.log``; Flower's home is ``<folder>/home/.flwr`` (``HOME`` too, for the processes it
-    starts), with the connection "lab". ``start_timeout``: seconds for each process to be up.
+    starts), with the connection "lab". ``start_timeout``: seconds for each process to be up. ``port``: the
+    SuperLink's (None: a free one). Every value is checked before anything is made or started.
+
+    ``tls``: the SuperLink serves TLS and every SuperNode and ``flwr`` verifies it with the root certificate:
+    ``certificates=(ca, cert, key)`` (paths; the key readable by its owner only), or None for certificates made
+    at first use in ``<folder>/tls`` (a CA of its own; reused after). ``authenticate`` (needs ``tls``, as Flower
+    does): the SuperLink admits only registered SuperNodes: each SuperNode ``<name>`` gets a key pair
+    ``<folder>/keys/<name>`` (0600) and ``.pub``, whose public key is registered (``flwr supernode register``)
+    before it starts.
 
     ``heartbeat``: seconds between a SuperNode's heartbeats (None: Flower's 30; at least 10, the SuperLink's
     minimum). The SuperLink takes a node for lost after two intervals without one, so a lost node costs about
     twice this before the run hears of it: tests pass 10 to notice a killed node in ≈ 20 s instead of ≈ 60."""
 
-    def __init__(self, folder: str | Path, clients: int, *, start_timeout: float = START_SECONDS,
-                 database: bool = False, heartbeat: int | None = None):
-        if heartbeat is not None and not (isinstance(heartbeat, int) and heartbeat >= HEARTBEAT_MIN):
-            raise FedalaError(f"heartbeat must be a whole number of seconds >= {HEARTBEAT_MIN} (the SuperLink's "
-                              f"minimum) or None (Flower's 30), got {heartbeat!r}")
-        self.heartbeat = heartbeat
+    def __init__(self, folder: str | Path, clients: int, *, tls: bool = False, authenticate: bool = False,
+                 certificates: Certificates | tuple | None = None, port: int | None = None,
+                 start_timeout: float = START_SECONDS, database: bool = False, heartbeat: int | None = None):
+        def whole(value, low: int, high: int | None = None) -> bool:
+            return (isinstance(value, int) and not isinstance(value, bool) and value >= low
+                    and (high is None or value <= high))
+        if not isinstance(folder, str | os.PathLike) or not str(folder):
+            raise ConfigError("folder", folder, "the path of the federation's working folder")
+        if not whole(clients, 1):
+            raise ConfigError("clients", clients, "a whole number ≥ 1 of SuperNodes (one per client of the data)")
+        if heartbeat is not None and not whole(heartbeat, HEARTBEAT_MIN):
+            raise ConfigError("heartbeat", heartbeat, f"a whole number of seconds ≥ {HEARTBEAT_MIN} (the "
+                              "SuperLink's minimum), or None (Flower's 30)")
+        if port is not None and not whole(port, 1, 65535):
+            raise ConfigError("port", port, "a TCP port 1 … 65535 for the SuperLink, or None for a free one")
+        if isinstance(start_timeout, bool) or not isinstance(start_timeout, int | float) or not (
+                0 < start_timeout < float("inf")):
+            raise ConfigError("start_timeout", start_timeout, "seconds > 0 (finite) for each process to be up")
+        for field, value in (("tls", tls), ("authenticate", authenticate), ("database", database)):
+            if not isinstance(value, bool):
+                raise ConfigError(field, value, "True or False")
+        if authenticate and not tls:
+            raise ConfigError("authenticate", authenticate, "True only with tls=True",
+                              "Flower authenticates SuperNodes over TLS only")
+        if certificates is not None and not tls:
+            raise ConfigError("certificates", certificates, "None unless tls=True")
+        if isinstance(certificates, Certificates):
+            certificates = (certificates.ca, certificates.cert, certificates.key)
+        if certificates is not None and not (isinstance(certificates, tuple | list) and len(certificates) == 3):
+            raise ConfigError("certificates", certificates, "(ca, cert, key): the paths of the root certificate, "
+                              "the SuperLink's certificate and its private key; or None to make them")
+        given = given_certificates(*certificates) if certificates is not None else None
+        self.heartbeat, self.authenticate = heartbeat, authenticate
         self.folder = Path(folder).resolve()
         self.clients, self.start_timeout = clients, start_timeout
         self.database = database  # the SuperLink's state in <folder>/superlink.db (else in its memory)
@@ -130,11 +202,15 @@ class LocalFederation:
         self.procs: dict[str, subprocess.Popen] = {}
         self.logs: dict[str, Path] = {}
         self.commands: list[str] = []
+        self.registered: dict[str, int] = {}  # SuperNode name -> the node id its key was registered as
         home = self.folder / "home"
         (home / ".flwr").mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
-        (home / ".flwr" / "config.toml").write_text(
-            f'[superlink]\ndefault = "lab"\n\n[superlink.lab]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n')
+        self.certificates = (given or make_certificates(self.folder / "tls")) if tls else None
+        self.port = port if port is not None else free_port()
+        trust = (f'root-certificates = "{self.certificates.ca}"' if tls  # flwr verifies the SuperLink with it
+                 else "insecure = true")
+        write_file(home / ".flwr" / "config.toml", f'[superlink]\ndefault = "lab"\n\n[superlink.lab]\n'
+                   f'address = "127.0.0.1:{self.port}"\n{trust}\n'.encode(), 0o644)
         self.env = {**os.environ, "HOME": str(home), "FLWR_HOME": str(home / ".flwr"),
                     "PATH": str(self.bin) + os.pathsep + os.environ.get("PATH", ""),  # Flower starts flower-superexec
                     "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_DISABLE_UPDATE_CHECK": "1",
@@ -176,11 +252,17 @@ class LocalFederation:
         return path.read_text(errors="replace") if path is not None and path.exists() else ""
 
     def superlink(self) -> None:
-        """Start the SuperLink (again, after :meth:`kill`: the same port); returns once it listens on its port."""
+        """Start the SuperLink (again, after :meth:`kill`: the same port); returns once it listens on its port.
+        In memory (no ``database``) a restarted SuperLink has forgotten the registered SuperNodes."""
+        check_free(self.port, "the SuperLink's")
         before = self.log("superlink").count("Uvicorn running")
         state = ["--database", str(self.folder / "superlink.db")] if self.database else []
-        proc = self.start("superlink", "flower-superlink", "--insecure", "--host", "127.0.0.1", "--port",
+        secure = self.certificates.superlink_args() if self.certificates else ["--insecure"]
+        auth = ["--enable-supernode-auth"] if self.authenticate else []
+        proc = self.start("superlink", "flower-superlink", *secure, *auth, "--host", "127.0.0.1", "--port",
                           str(self.port), "--disable-runtime-dependency-installation", *state)
+        if not self.database:
+            self.registered.clear()
 
         def up() -> bool:
             with socket.socket() as s:
@@ -189,13 +271,40 @@ class LocalFederation:
                         and self.log("superlink").count("Uvicorn running") > before)
         until("the SuperLink", up, self.start_timeout, proc, self.logs["superlink"])
 
-    def supernode(self, c: int, name: str | None = None) -> str:
+    def register(self, name: str) -> int:
+        """Register SuperNode ``name``'s public key with the SuperLink (its key pair made at first use in
+        ``<folder>/keys``); returns its node id. The SuperLink admits a SuperNode only with a registered key."""
+        pub = make_node_key(self.folder / "keys" / name)
+        self.commands.append(f"flwr supernode register {pub} lab --name {name} --format json")
+        res = self.flwr("supernode", "register", str(pub), "lab", "--name", name, "--format", "json")
+        try:
+            got = json.loads(res.stdout)
+            node_id = int(got["node-id"]) if got.get("success") else None
+        except (ValueError, KeyError, TypeError):
+            node_id = None
+        if node_id is None:  # flwr's exit code is 0 when the SuperLink refuses (Flower 1.42): its JSON says so
+            raise FedalaError(f"SuperNode {name}'s key {pub} was not registered: "
+                              f"{(res.stdout + res.stderr).strip()[-1000:]}")
+        self.registered[name] = node_id
+        return node_id
+
+    def supernode(self, c: int, name: str | None = None, *, register: bool = True) -> str:
         """Start a SuperNode for partition-id ``c`` (named ``name``, default ``node<c>``); returns its name once
-        it has registered with the SuperLink."""
+        it has joined the SuperLink. With ``authenticate`` it signs in with its key ``<folder>/keys/<name>``,
+        registered first unless ``register=False`` (a stranger's key: the SuperLink refuses it, a FedalaError
+        with the end of its log)."""
         name = name or f"node{c}"
-        proc = self.start(name, "flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{self.port}",
-                          "--port", str(free_port()), "--node-config",
-                          f"partition-id={c} num-partitions={self.clients}")
+        secure = ["--root-certificates", str(self.certificates.ca)] if self.certificates else ["--insecure"]
+        if self.authenticate:
+            key = self.folder / "keys" / name
+            make_node_key(key)  # at first use
+            if register and name not in self.registered:
+                self.register(name)
+            secure += ["--auth-supernode-private-key", str(key)]
+        port = free_port()
+        check_free(port, f"SuperNode {name}'s")
+        proc = self.start(name, "flower-supernode", *secure, "--superlink", f"127.0.0.1:{self.port}",
+                          "--port", str(port), "--node-config", f"partition-id={c} num-partitions={self.clients}")
         until(f"SuperNode {name}", lambda: "SuperNode ID:" in self.log(name), self.start_timeout, proc,
               self.logs[name])
         return name
@@ -282,4 +391,4 @@ class LocalFederation:
             raise FedalaError(f"flwr ls gave no run {run_id}: {res.stdout[-1000:]}{res.stderr[-1000:]}") from None
 
 
-__all__ = ["APP", "LocalFederation", "alive", "descendants", "free_port", "until"]
+__all__ = ["APP", "LocalFederation", "alive", "check_free", "descendants", "free_port", "tail", "until"]
