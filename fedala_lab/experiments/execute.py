@@ -68,7 +68,7 @@ def compute(cfgs: Iterable[RunConfig], store=None, *, processes: int | str = "au
             on_round: Callable[[str, int, float], None] | None = None, trackers: Iterable[Tracker] = (),
             force: bool = False, pool: RunPool | None = None, threads: int | None = None, ray: bool = False,
             ray_address: str | None = None, shared_store: bool | None = None,
-            gpus_per_run: float = 0.0) -> dict[str, dict]:
+            gpus_per_run: float = 0.0, who: str = "runs computed") -> dict[str, dict]:
     """Compute the runs of ``cfgs`` that ``store`` lacks, into it; {config key: status} for each distinct config.
 
     A status is a dict with ``status`` (one of :data:`STATUSES`: "stored" for a run the store held), ``message``
@@ -82,7 +82,8 @@ def compute(cfgs: Iterable[RunConfig], store=None, *, processes: int | str = "au
     ``trackers``: every run computed is logged as it goes (the caller logs the stored ones as it hands them
     out: get_or_run does). ``force``: recompute stored runs too. ``threads``: torch threads in this process
     while it computes (None: as they are; the pool's processes use one each). ``ray``/``ray_address``/
-    ``shared_store``/``gpus_per_run``: compute on Ray instead (:func:`run_on_ray`).
+    ``shared_store``/``gpus_per_run``: compute on Ray instead (:func:`run_on_ray`). ``who``: what the caller is
+    in a refusal ("a sweep with 2 worker processes cannot run …").
     """
     cfgs = list(cfgs)
     trackers = check_trackers(trackers)
@@ -93,11 +94,10 @@ def compute(cfgs: Iterable[RunConfig], store=None, *, processes: int | str = "au
         check_partition(cfg)  # the paper's MNIST partition, when missing: where it comes from, before any work
     if not todo:
         return statuses
-    store.root.mkdir(parents=True, exist_ok=True)  # only now: a refusal above leaves nothing behind
-    root = str(store.root.resolve())
+    root = str(store.root.resolve())  # created by the first run stored: a refusal leaves nothing behind
     if ray or ray_address:
         statuses.update(run_on_ray(todo, store, force=force, threads=threads, gpus_per_run=gpus_per_run,
-                                   processes=processes, address=ray_address, trackers=trackers,
+                                   processes=processes, address=ray_address, trackers=trackers, who=who,
                                    shared=shared_store if shared_store is not None else ray_address is None))
         return statuses
     n = process_count(pool.processes if pool is not None else processes, todo)
@@ -109,7 +109,7 @@ def compute(cfgs: Iterable[RunConfig], store=None, *, processes: int | str = "au
                 statuses[cfg.key()] = run_in_worker(cfg.to_dict(), root, force, None, rounds_queue=_Report(on_round),
                                                     trackers=trackers, expect=cfg.key(), stop=stop)
         return statuses
-    check_importable({c.algorithm.base.name: c.algorithm.base for c in todo}.values(), f"{n} processes side by side")
+    check_importable({c.algorithm.base.name: c.algorithm.base for c in todo}.values(), f"{who} with {n} worker processes")
     own = pool is None
     if own:
         pool = RunPool(n, root)
@@ -123,13 +123,25 @@ def compute(cfgs: Iterable[RunConfig], store=None, *, processes: int | str = "au
 
 @contextlib.contextmanager
 def rounds_bar(todo_rounds: int, *, desc: str, progress: bool):
-    """A progress bar over ``todo_rounds`` rounds; yields the ``on_round`` that advances it. At the end it is
-    filled (a resumed or branched run computes fewer rounds than it counts)."""
+    """A progress bar over ``todo_rounds`` rounds, shown from the first round computed (a config refused before
+    any round prints its one line, no bar); yields the ``on_round`` that advances it. At the end it is filled
+    (a resumed or branched run computes fewer rounds than it counts)."""
     from tqdm.auto import tqdm
 
-    with tqdm(total=todo_rounds, desc=desc, unit="round", disable=not progress, dynamic_ncols=True) as bar:
-        yield lambda key, t, acc: bar.update(1)
-        bar.update(max(0, todo_rounds - bar.n))
+    bars = []
+
+    def on_round(key, t, acc):
+        if not bars:
+            bars.append(tqdm(total=todo_rounds, desc=desc, unit="round", disable=not progress, dynamic_ncols=True))
+        bars[0].update(1)
+
+    try:
+        yield on_round
+        if bars:
+            bars[0].update(max(0, todo_rounds - bars[0].n))
+    finally:
+        for bar in bars:
+            bar.close()
 
 
 def get_or_run_many(cfgs: Iterable[RunConfig], store=None, *, processes: int | str = "auto", progress: bool = True,
@@ -232,7 +244,7 @@ def ray_module():
 
 
 def run_on_ray(todo: list[RunConfig], store, *, force: bool, threads: int | None, gpus_per_run: float, processes,
-               address: str | None, shared: bool, trackers=()) -> dict[str, dict]:
+               address: str | None, shared: bool, trackers=(), who: str = "runs computed") -> dict[str, dict]:
     """:func:`compute`'s runs as Ray tasks: a Ray already initialised in this process is used as is; else a local
     one with ``processes`` CPUs is started (every core for "auto"), or the cluster at ``address`` joined, and shut
     down afterwards. With ``shared`` the tasks write into the store themselves; otherwise (a cluster whose nodes
@@ -251,7 +263,7 @@ def run_on_ray(todo: list[RunConfig], store, *, force: bool, threads: int | None
         except Exception as err:  # noqa: BLE001 - Ray's errors at connection time are of many kinds
             raise FedalaError(f"cannot start Ray{f' at {address}' if address else ''}: {failure(err)}") from None
         started = True
-    check_importable({c.algorithm.base.name: c.algorithm.base for c in todo}.values(), "a sweep on Ray")
+    check_importable({c.algorithm.base.name: c.algorithm.base for c in todo}.values(), f"{who} on Ray")
     statuses: dict[str, dict] = {}
     root = str(store.root.resolve())
     try:

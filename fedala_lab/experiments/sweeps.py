@@ -129,7 +129,7 @@ def run_sweep(spec: SweepSpec, *, store=None, workers: int | str = "auto", ray: 
     with _grid_bar(spec, unique, todo, progress) as on_round:
         statuses = compute(unique.values(), store, processes=workers, on_round=on_round, trackers=trackers,
                            force=force, threads=threads, ray=ray, ray_address=ray_address, shared_store=shared_store,
-                           gpus_per_run=gpus_per_run)
+                           gpus_per_run=gpus_per_run, who="a sweep")
     failed = {k: st["message"] for k, st in statuses.items() if st["status"] in ("failed", "not started")}
     loaded: dict = {}  # key -> Run
     runs, rows, logged = [], [], set()
