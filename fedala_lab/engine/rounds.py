@@ -1,15 +1,16 @@
 """One round's bookkeeping, whoever carries the round: the evaluation schedule, what the clients report, the
 client rows and the round's row, divergence and timing (docs/design.md#one-round-two-transports).
 
-A round is three phases over the state of one :class:`~fedala_lab.engine.simulate.Simulation`:
+A round is three phases over a :class:`RoundState`, what the round works on, declared:
 
-    start  = begin(sim, t)               server: select, the stragglers' work, whether round t is evaluated
-    report = serve(sim, rnd, start)      the clients ``rnd`` holds: initialise, evaluate, train; their numbers
-    row    = finish(sim, start, report)  server: divergence, aggregate, the run's records and the round's row
+    start  = begin(rs, t)                       server: select, the stragglers' work, whether t is evaluated
+    report = serve(rs, start)                   the clients ``start.rnd`` holds: initialise, evaluate, train
+    row    = finish(rs, start, report, to_run)  server: divergence, aggregate, the records, the round's row
 
-``Simulation.run_round`` calls them in a row on one object that holds every client. engine/sides.py calls
-``begin`` and ``finish`` on a server that holds G and ``serve`` on a client that holds only its own model,
-one client at a time (Flower carries them, flower/): the same code, so the same numbers.
+``Simulation.run_round`` calls them in a row on itself, a state that holds every client. engine/sides.py calls
+``begin`` and ``finish`` on the server's state (G, its algorithm state, the senders' uploads) and ``serve`` on
+a client's (its own rows), one client at a time (Flower carries them, flower/): the same code, so the same
+numbers.
 
 Every hook's answer is checked where it is received (``checked_*``): a wrong type or shape is a
 :class:`HookError` naming the hook and the algorithm; a non-finite model is divergence, blamed on the first
@@ -20,15 +21,18 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 import torch
 
-from ..algorithms.base import Aggregated, Round, Sent, Trained, Work
+from ..algorithms.base import Aggregated, Algorithm, Round, Sent, Setup, Trained, Work
 from ..config import RunConfig
 from ..errors import HookError, SplitError, TrainingDiverged
+from .recorder import Recorder
 from .stragglers import LocalWork, draw_work
 
 # The numbers a client reports for itself (NaN or 0 where its round did not measure them), and the seconds of
@@ -46,10 +50,40 @@ def evaluated(cfg: RunConfig, t: int) -> bool:
     return (t - 1) % cfg.eval_every == 0 or t == cfg.rounds
 
 
+@dataclass(eq=False, repr=False)
+class RoundState:
+    """What a round works on: all that :func:`begin`, :func:`serve` and :func:`finish` read and write. ``cfg``:
+    the run's config (the hooks see ``setup.cfg``, which notices a read of ``rounds``); ``setup``: model, data,
+    backend; ``algo``: the hooks; ``global_params``: G; ``local_params``/``local_buffers``: (N, …) each;
+    ``state``: the algorithm's, never looked into; ``recorder``: None on a client side, which records nothing;
+    ``round``/``seconds``: the last finished round, the rounds' seconds. A ``Simulation`` is one, holding every
+    client's rows; a side of engine/sides.py holds one, NaN in the rows it would not hold in a federation."""
+
+    cfg: RunConfig
+    setup: Setup
+    algo: Algorithm
+    global_params: dict[str, torch.Tensor]
+    local_params: dict[str, torch.Tensor]
+    local_buffers: dict[str, torch.Tensor]
+    state: Any
+    recorder: Recorder | None
+    round: int = 0
+    seconds: float = 0.0
+
+    @property
+    def num_clients(self) -> int:
+        return self.setup.num_clients
+
+    def round_view(self, t: int, selected: torch.Tensor | None = None) -> Round:
+        """Round ``t`` as the algorithm's hooks see it (algorithms/base.py)."""
+        return Round(self.setup, t, global_params=self.global_params, local_params=self.local_params,
+                     local_buffers=self.local_buffers, selected=selected, state=self.state)
+
+
 @dataclass
 class RoundStart:
     """What the server decided at the start of round ``t``: the selected clients, their local work (stragglers),
-    whether the round is evaluated, whose models it snapshots; ``rnd`` is the server's view of the round."""
+    whether the round is evaluated, whose models it snapshots; ``rnd``: the round as hooks see it (a client's own)."""
 
     t: int
     rnd: Round
@@ -106,48 +140,49 @@ class Report:
 # ------------------------------------------------------------------------------------------ the phases
 
 
-def begin(sim, t: int) -> RoundStart:
+def begin(rs: RoundState, t: int) -> RoundStart:
     """The server's start of round ``t``: ``select``, the stragglers' draw (engine/stragglers.py), the schedule."""
-    cfg, algo = sim.cfg, sim.algo
-    rnd = sim.round_view(t)
-    selected = rnd.selected = checked_selection(algo.select(rnd), sim)
+    cfg, algo = rs.cfg, rs.algo
+    rnd = rs.round_view(t)
+    selected = rnd.selected = checked_selection(algo.select(rnd), rs)
     ids = selected.cpu().numpy()
-    per_epoch = sim.setup.batches_per_epoch(sim.train_sizes[ids])
+    per_epoch = rs.setup.batches_per_epoch(rs.setup.train_sizes[ids])
     steps = algo.local_steps or cfg.local_steps  # a round of SGD steps rather than epochs when set
     full = per_epoch * cfg.local_epochs if steps is None else np.where(per_epoch > 0, steps, 0)
-    work = draw_work(cfg, t, ids, full, sim.num_clients)
-    rec = sim.recorder
+    work = draw_work(cfg, t, ids, full, rs.num_clients)
+    rec = rs.recorder
     snapshot = frozenset(rec.snapshot) if t >= rec.snapshot_from else frozenset()
     return RoundStart(t, rnd, selected, work, evaluated(cfg, t), snapshot)
 
 
-def serve(sim, rnd: Round, start: RoundStart) -> Report:
-    """The clients' part of the round for every client ``rnd`` holds (:attr:`Round.everyone`): receive what the
-    server sends (``initialise``), evaluate before local training (``personalise``'s models or the local ones),
-    train the selected ones (``local_train``), measure. Writes their models into ``sim``."""
-    cfg, algo = sim.cfg, sim.algo
-    report = Report.blank(sim.num_clients)
+def serve(rs: RoundState, start: RoundStart) -> Report:
+    """The clients' part of the round for every client the round's view ``start.rnd`` holds
+    (:attr:`Round.everyone`): receive what the server sends (``initialise``), evaluate before local training
+    (``personalise``'s models or the local ones), train the selected ones (``local_train``), measure. Writes
+    their models into ``rs``."""
+    cfg, algo, rnd = rs.cfg, rs.algo, start.rnd
+    report = Report.blank(rs.num_clients)
     num, held = report.numbers, rnd.everyone
-    own = {"params": sim.local_params, "buffers": sim.local_buffers}
+    own = {"params": rs.local_params, "buffers": rs.local_buffers}
 
     # 2. local initialisation from what the server sends
     tic = time.perf_counter()
     init = held if algo.initialise_all else rnd.held(start.selected)
     if len(init):
-        sent = checked_sent(algo.initialise(rnd, init), sim, len(init))
+        sent = checked_sent(algo.initialise(rnd, init), rs, len(init))
         ids = init.cpu().numpy()
         for name, v in {**sent.params, **sent.rows}.items():
-            sim.local_params[name][init] = v
+            rs.local_params[name][init] = v
         num["bytes_down"][ids] = shares(sent.bytes, len(ids), sent.client_bytes)
         report.flag(ids[~finite_rows(sent.rows, len(ids), shared=sent.params)], INITIALISE)
-    report.snapshots["start"] = snapshots(sim.local_params, held, start.snapshot)
+    report.snapshots["start"] = snapshots(rs.local_params, held, start.snapshot)
     report.phases["init_seconds"] = time.perf_counter() - tic
 
     # 3. evaluation before local training
     tic = time.perf_counter()
     if start.evaluated:
         ids = held.cpu().numpy()
-        models = checked_models(algo.personalise(rnd), sim, len(ids))
+        models = checked_models(algo.personalise(rnd), rs, len(ids))
         if models is None:
             models = own
         else:
@@ -156,7 +191,7 @@ def serve(sim, rnd: Round, start: RoundStart) -> Report:
         num["test_loss_sum"][ids], num["test_correct"][ids], num["test_num"][ids] = (
             test["loss_sum"], test["correct"], test["num"])
         if cfg.record_train_loss:
-            tr = rnd.evaluate(sim.local_params, sim.local_buffers, "train")
+            tr = rnd.evaluate(rs.local_params, rs.local_buffers, "train")
             num["init_loss"][ids] = tr["loss_sum"] / np.maximum(tr["num"], 1)
     report.phases["eval_seconds"] = time.perf_counter() - tic
 
@@ -164,27 +199,27 @@ def serve(sim, rnd: Round, start: RoundStart) -> Report:
     tic = time.perf_counter()
     trainers = rnd.held(start.selected)
     if len(trainers):
-        _train(sim, rnd, start, trainers, report)
+        _train(rs, start, trainers, report)
     senders = rnd.held(start.work.senders(start.selected))  # the selected clients that were not dropped
     if start.evaluated and cfg.record_train_loss and len(senders):
-        tr = rnd.evaluate(sim.local_params, sim.local_buffers, "train", clients=senders)
+        tr = rnd.evaluate(rs.local_params, rs.local_buffers, "train", clients=senders)
         num["trained_loss"][senders.cpu().numpy()] = tr["loss_sum"] / np.maximum(tr["num"], 1)
-    report.snapshots["end"] = snapshots(sim.local_params, held, start.snapshot)
+    report.snapshots["end"] = snapshots(rs.local_params, held, start.snapshot)
     report.phases["train_seconds"] = time.perf_counter() - tic
     return report
 
 
-def _train(sim, rnd: Round, start: RoundStart, trainers: torch.Tensor, report: Report) -> None:
-    cfg, algo, num = sim.cfg, sim.algo, report.numbers
+def _train(rs: RoundState, start: RoundStart, trainers: torch.Tensor, report: Report) -> None:
+    cfg, algo, rnd, num = rs.cfg, rs.algo, start.rnd, report.numbers
     steps = algo.local_steps or cfg.local_steps
-    plan = sim.setup.plan(start.t, trainers, epochs=None if steps else cfg.local_epochs, steps=steps,
+    plan = rs.setup.plan(start.t, trainers, epochs=None if steps else cfg.local_epochs, steps=steps,
                           limits=start.work.limits)
     rnd.timings.clear()
-    trained = checked_trained(algo.local_train(rnd, Work(trainers, plan)), sim, len(trainers))
+    trained = checked_trained(algo.local_train(rnd, Work(trainers, plan)), rs, len(trainers))
     for k, v in trained.params.items():
-        sim.local_params[k][trainers] = v
+        rs.local_params[k][trainers] = v
     for k, v in trained.buffers.items():
-        sim.local_buffers[k][trainers] = v
+        rs.local_buffers[k][trainers] = v
     ids = trainers.cpu().numpy()
     losses_all = np.asarray(trained.losses, dtype=np.float64)
     valid = trained.done if trained.done is not None else ~np.isnan(losses_all)
@@ -198,12 +233,13 @@ def _train(sim, rnd: Round, start: RoundStart, trainers: torch.Tensor, report: R
     report.flag(ids[~finite_rows({**trained.params, **trained.buffers}, len(ids))], LOCAL_TRAIN)
 
 
-def finish(sim, start: RoundStart, report: Report, *, apart: bool = False) -> dict:
-    """The server's end of the round: stop on divergence, ``aggregate`` the senders' models into G, record the
-    clients' rows (evaluated rounds) and the round's row; returns that row. ``apart``: the clients ran apart
+def finish(rs: RoundState, start: RoundStart, report: Report, to_run: Callable, *, apart: bool = False) -> dict:
+    """The server's end of the round: stop on divergence (a :class:`TrainingDiverged` with the holder's
+    ``to_run(status="diverged")``, its rounds before this one), ``aggregate`` the senders' models into G, record
+    the clients' rows (evaluated rounds) and the round's row; returns that row. ``apart``: the clients ran apart
     from the server (engine/sides.py), so a hook's non-finite model means it read a model its side does not
     hold (a :class:`SplitError`)."""
-    cfg, algo, rec, rnd, t = sim.cfg, sim.algo, sim.recorder, start.rnd, start.t
+    cfg, algo, rec, rnd, t = rs.cfg, rs.algo, rs.recorder, start.rnd, start.t
     num = report.numbers
     for which, flats in report.snapshots.items():
         rec.snapshot_rows(t, which, flats)
@@ -211,21 +247,21 @@ def finish(sim, start: RoundStart, report: Report, *, apart: bool = False) -> di
     codes = num["diverged"].astype(np.int64)
     if codes.any():
         rec.take(t, rnd.records)
-        _diverged(sim, t, codes, apart)
+        _diverged(rs, t, codes, apart, to_run)
 
     # 5. server aggregation of the senders' models
     tic = time.perf_counter()
     senders = start.work.senders(start.selected)
-    agg = checked_aggregated(algo.aggregate(rnd, senders), sim, len(senders)) if len(senders) else Aggregated({}, 0)
+    agg = checked_aggregated(algo.aggregate(rnd, senders), rs, len(senders)) if len(senders) else Aggregated({}, 0)
     if not finite(agg.params):
         if apart:
             raise SplitError(f"{cfg.algorithm.label}'s aggregation in round {t} read models of clients that sent "
                              "none: it cannot run with clients and server apart")
         rec.take(t, rnd.records)
-        codes = np.zeros(sim.num_clients, dtype=np.int64)
-        _diverged(sim, t, codes, apart, hook="aggregate")
-    sim.global_params.update(agg.params)
-    bytes_up = np.zeros(sim.num_clients, dtype=np.int64)
+        codes = np.zeros(rs.num_clients, dtype=np.int64)
+        _diverged(rs, t, codes, apart, to_run, hook="aggregate")
+    rs.global_params.update(agg.params)
+    bytes_up = np.zeros(rs.num_clients, dtype=np.int64)
     bytes_up[senders.cpu().numpy()] = shares(agg.bytes, len(senders), agg.client_bytes)
     report.phases["aggregate_seconds"] = time.perf_counter() - tic
     seconds = time.perf_counter() - start.started
@@ -236,9 +272,9 @@ def finish(sim, start: RoundStart, report: Report, *, apart: bool = False) -> di
         with np.errstate(invalid="ignore"):  # a client without test samples has no accuracy (NaN)
             accs = np.where(num["test_num"] > 0, 100 * num["test_correct"] / np.maximum(num["test_num"], 1), np.nan)
         rec.client_rows(client_rows(t, start, num, accs, bytes_up))
-    row = round_row(sim, start, num, accs, bytes_up, report.phases, seconds, rec.rounds["best_acc"])
+    row = round_row(rs, start, num, accs, bytes_up, report.phases, seconds, rec.rounds["best_acc"])
     rec.round_row(row)
-    sim.round, sim.seconds = t, sim.seconds + seconds
+    rs.round, rs.seconds = t, rs.seconds + seconds
     return row
 
 
@@ -260,13 +296,13 @@ def client_rows(t: int, start: RoundStart, num: dict, accs: np.ndarray, bytes_up
     }
 
 
-def round_row(sim, start: RoundStart, num: dict, accs: np.ndarray | None, bytes_up: np.ndarray, phases: dict,
+def round_row(rs: RoundState, start: RoundStart, num: dict, accs: np.ndarray | None, bytes_up: np.ndarray, phases: dict,
               seconds: float, best_before: list) -> dict:
     """The round's row: pooled test accuracy (100 Σ correct / Σ samples, percent) and the spread of the clients'
     ``accs`` (percentage points),
     the losses weighted by train samples (a dropped straggler weighs 0), the traffic (the clients' sums), the
     seconds."""
-    cfg, work = sim.cfg, start.work
+    cfg, work = rs.cfg, start.work
     sel = start.sel_mask
     if start.evaluated:
         acc = float(100 * num["test_correct"].sum() / max(num["test_num"].sum(), 1))
@@ -276,7 +312,7 @@ def round_row(sim, start: RoundStart, num: dict, accs: np.ndarray | None, bytes_
         acc = acc_std = test_loss = math.nan
     prev = [b for b in best_before if not math.isnan(b)]
     best = max([acc, *prev]) if not math.isnan(acc) else (prev[-1] if prev else math.nan)
-    w_all, w_sel = sim.train_sizes, sim.train_sizes[sel] * ~work.dropped[sel]
+    w_all, w_sel = rs.setup.train_sizes, rs.setup.train_sizes[sel] * ~work.dropped[sel]
     losses = start.evaluated and cfg.record_train_loss
     return {
         "round": start.t, "acc": acc, "acc_std": acc_std, "test_loss": test_loss,
@@ -294,20 +330,20 @@ def round_row(sim, start: RoundStart, num: dict, accs: np.ndarray | None, bytes_
 # ------------------------------------------------------------------------------------------ divergence
 
 
-def _diverged(sim, t: int, codes: np.ndarray, apart: bool, hook: str = "") -> None:
+def _diverged(rs: RoundState, t: int, codes: np.ndarray, apart: bool, to_run: Callable, hook: str = "") -> None:
     """Stop the run at round ``t``: the first place a model became non-finite, by :func:`divergence_message`,
     the run so far (rounds before ``t``) with status "diverged"."""
     first = int(codes[codes > 0].min()) if codes.any() else 0
     clients = np.flatnonzero(codes == first).tolist() if first else []
-    label = sim.cfg.algorithm.label
+    label = rs.cfg.algorithm.label
     if apart and first in (INITIALISE, PERSONALISE):
         what = "initialise" if first == INITIALISE else "personalise"
         raise SplitError(f"{label} read other clients' models to {what} client {clients[0]} in round {t}: it "
                          "cannot run with clients and server apart")
     hook = hook or {INITIALISE: "initialise", PERSONALISE: "personalise", LOCAL_TRAIN: "local_train"}.get(first, "")
-    sim.round = t - 1
-    run = sim.to_run(status="diverged")
-    run.message = msg = divergence_message(sim.cfg, t, clients, hook)
+    rs.round = t - 1
+    run = to_run(status="diverged")
+    run.message = msg = divergence_message(rs.cfg, t, clients, hook)
     raise TrainingDiverged(msg, run)
 
 
@@ -385,94 +421,94 @@ def snapshots(local_params: dict, held: torch.Tensor, wanted: frozenset[int]) ->
 # hook, the algorithm and what was expected, instead of a traceback from deep inside the engine.
 
 
-def _refuse(sim, hook: str, message: str):
-    raise HookError(f"{sim.cfg.algorithm.label}'s {hook} {message}", hook=hook, algo=sim.cfg.algo)
+def _refuse(rs: RoundState, hook: str, message: str):
+    raise HookError(f"{rs.cfg.algorithm.label}'s {hook} {message}", hook=hook, algo=rs.cfg.algo)
 
 
-def _returned(sim, hook: str, got, wanted: str):
+def _returned(rs: RoundState, hook: str, got, wanted: str):
     shown = repr(got)[:80] if isinstance(got, (list, tuple, int, float, str)) else type(got).__name__
-    _refuse(sim, hook, f"returned {shown}: expected {wanted}")
+    _refuse(rs, hook, f"returned {shown}: expected {wanted}")
 
 
-def _shapes(sim, hook: str, tensors, rows: int | None, what: str) -> None:
+def _shapes(rs: RoundState, hook: str, tensors, rows: int | None, what: str) -> None:
     """``tensors`` by name, each a tensor of the model's shape for that name (with ``rows`` rows first)."""
     if not isinstance(tensors, dict):
-        _returned(sim, hook, tensors, f"{what}s as a dict of tensors by name")
-    known = {**sim.setup.shapes, **{k: tuple(v.shape[1:]) for k, v in sim.local_buffers.items()}}
+        _returned(rs, hook, tensors, f"{what}s as a dict of tensors by name")
+    known = {**rs.setup.shapes, **{k: tuple(v.shape[1:]) for k, v in rs.local_buffers.items()}}
     for k, v in tensors.items():
         if k not in known:
-            _refuse(sim, hook, f"returned a {what} {k!r} the model does not have (it has "
-                    f"{', '.join(sim.setup.param_names)})")
+            _refuse(rs, hook, f"returned a {what} {k!r} the model does not have (it has "
+                    f"{', '.join(rs.setup.param_names)})")
         want = known[k] if rows is None else (rows, *known[k])
         if not torch.is_tensor(v) or tuple(v.shape) != want:
             got = tuple(v.shape) if torch.is_tensor(v) else type(v).__name__
-            _refuse(sim, hook, f"returned {what} {k!r} of shape {got}: expected a tensor of shape {want}")
+            _refuse(rs, hook, f"returned {what} {k!r} of shape {got}: expected a tensor of shape {want}")
 
 
-def _bytes(sim, hook: str, got, count: int) -> None:
+def _bytes(rs: RoundState, hook: str, got, count: int) -> None:
     b = got.bytes
     if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 0:
-        _returned(sim, hook, b, "an int >= 0 as its bytes")
+        _returned(rs, hook, b, "an int >= 0 as its bytes")
     if got.client_bytes is not None and (len(got.client_bytes) != count or sum(got.client_bytes) != b):
-        _refuse(sim, hook, f"returned client_bytes that do not split its bytes={b} over its {count} clients")
+        _refuse(rs, hook, f"returned client_bytes that do not split its bytes={b} over its {count} clients")
 
 
-def checked_selection(got, sim) -> torch.Tensor:
+def checked_selection(got, rs: RoundState) -> torch.Tensor:
     """``select``'s clients: a non-empty 1-D integer tensor of distinct ids of the run's clients."""
-    n = sim.num_clients
+    n = rs.num_clients
     wanted = f"a non-empty 1-D integer tensor of distinct client ids in 0 … {n - 1}"
     if not torch.is_tensor(got) or got.dim() != 1 or got.is_floating_point() or got.dtype == torch.bool:
-        _returned(sim, "select", got, wanted)
+        _returned(rs, "select", got, wanted)
     ids = got.cpu().tolist()
     if not ids or len(set(ids)) != len(ids) or min(ids) < 0 or max(ids) >= n:
-        _refuse(sim, "select", f"returned clients {ids[:10]}: expected {wanted}")
-    return got.to(sim.device)
+        _refuse(rs, "select", f"returned clients {ids[:10]}: expected {wanted}")
+    return got.to(rs.setup.device)
 
 
-def checked_sent(got, sim, count: int) -> Sent:
+def checked_sent(got, rs: RoundState, count: int) -> Sent:
     """``initialise``'s answer for ``count`` clients: a Sent of the model's shapes."""
     if not isinstance(got, Sent):
-        _returned(sim, "initialise", got, "a Sent(params, bytes, rows=…) (algorithms/base.py)")
-    _shapes(sim, "initialise", got.params, None, "parameter")
-    _shapes(sim, "initialise", got.rows, count, "row of parameter")
-    _bytes(sim, "initialise", got, count)
+        _returned(rs, "initialise", got, "a Sent(params, bytes, rows=…) (algorithms/base.py)")
+    _shapes(rs, "initialise", got.params, None, "parameter")
+    _shapes(rs, "initialise", got.rows, count, "row of parameter")
+    _bytes(rs, "initialise", got, count)
     return got
 
 
-def checked_models(got, sim, held: int):
+def checked_models(got, rs: RoundState, held: int):
     """``personalise``'s answer: None, or every held client's model ((N, …) or (held, …) tensors)."""
     if got is None:
         return None
     if not isinstance(got, dict) or set(got) != {"params", "buffers"}:
-        _returned(sim, "personalise", got, 'None or {"params": {…}, "buffers": {…}}, (N, …) tensors each')
+        _returned(rs, "personalise", got, 'None or {"params": {…}, "buffers": {…}}, (N, …) tensors each')
     for part in ("params", "buffers"):
         first = next(iter(got[part].values()), None) if isinstance(got[part], dict) else None
-        rows = first.shape[0] if torch.is_tensor(first) and first.dim() and first.shape[0] == held else sim.num_clients
-        _shapes(sim, "personalise", got[part], rows, part[:-1])
+        rows = first.shape[0] if torch.is_tensor(first) and first.dim() and first.shape[0] == held else rs.num_clients
+        _shapes(rs, "personalise", got[part], rows, part[:-1])
     return got
 
 
-def checked_trained(got, sim, count: int) -> Trained:
+def checked_trained(got, rs: RoundState, count: int) -> Trained:
     """``local_train``'s answer for ``count`` clients: their parameters, buffers and step losses."""
     if not isinstance(got, Trained):
-        _returned(sim, "local_train", got, "a Trained(params, buffers, losses) (algorithms/base.py)")
-    _shapes(sim, "local_train", got.params, count, "parameter")
-    _shapes(sim, "local_train", got.buffers, count, "buffer")
+        _returned(rs, "local_train", got, "a Trained(params, buffers, losses) (algorithms/base.py)")
+    _shapes(rs, "local_train", got.params, count, "parameter")
+    _shapes(rs, "local_train", got.buffers, count, "buffer")
     losses = np.asarray(got.losses)
     if losses.ndim != 2 or losses.shape[0] != count:
-        _refuse(sim, "local_train", f"returned losses of shape {losses.shape}: expected ({count}, steps), a row "
+        _refuse(rs, "local_train", f"returned losses of shape {losses.shape}: expected ({count}, steps), a row "
                 "per client trained")
     return got
 
 
-def checked_aggregated(got, sim, count: int) -> Aggregated:
+def checked_aggregated(got, rs: RoundState, count: int) -> Aggregated:
     """``aggregate``'s answer from ``count`` senders: an Aggregated of the model's shapes."""
     if not isinstance(got, Aggregated):
-        _returned(sim, "aggregate", got, "an Aggregated(params, bytes) (algorithms/base.py)")
-    _shapes(sim, "aggregate", got.params, None, "parameter")
-    _bytes(sim, "aggregate", got, count)
+        _returned(rs, "aggregate", got, "an Aggregated(params, bytes) (algorithms/base.py)")
+    _shapes(rs, "aggregate", got.params, None, "parameter")
+    _bytes(rs, "aggregate", got, count)
     return got
 
 
-__all__ = ["METRICS", "NUMBERS", "PHASES", "Report", "RoundStart", "begin", "divergence_message", "evaluated",
-           "finish", "serve"]
+__all__ = ["METRICS", "NUMBERS", "PHASES", "Report", "RoundStart", "RoundState", "begin", "divergence_message",
+           "evaluated", "finish", "serve"]

@@ -6,20 +6,20 @@ fedala_lab/flower; both in one process: ``flower.run_split``). docs/design.md#on
     finish(t, replies): rounds.finish — aggregate, ◀── a Reply ─────  its numbers, its upload (the method's
       divergence, the run's records and rows                            downloads()), what its hooks recorded
 
-Each side holds a :class:`~fedala_lab.engine.simulate.Simulation` of the run's config, so a hook sees a
-:class:`~fedala_lab.algorithms.base.Round` with the engine's shapes (``local_params[n]`` is (N, …)) — but a
-side holds only what it would hold in a federation. A client holds its own rows (its model, buffers and
-its rows of the algorithm's state), loaded from the bytes it kept before each order and saved after it; its
-round's "every client" is itself (:class:`ClientRound`). The server holds G and the algorithm's server-side
-state, and while it aggregates the senders' uploads in their rows. Every other row on either side is NaN, so a
-method that reads a model it would not hold fails loudly (:class:`~fedala_lab.errors.SplitError`).
+Each side holds the round's state (:class:`~fedala_lab.engine.rounds.RoundState`) with the engine's shapes, as
+a hook indexes a :class:`~fedala_lab.algorithms.base.Round`'s rows by client id (``local_params[n]`` is (N, …)),
+but holds only what it would hold in a federation. A client holds its own rows (its model, buffers and its rows
+of the algorithm's state), loaded from the bytes it kept before each order and saved after it; its round's
+"every client" is itself (:class:`ClientRound`). The server holds G and the algorithm's server-side state, and
+while it aggregates the senders' uploads in their rows. Every other row on either side is NaN (:func:`forget`),
+so a method that reads a model it would not hold fails loudly (:class:`~fedala_lab.errors.SplitError`).
 
 A transport uses only this (docs/design.md#one-round-two-transports): ``ServerSide`` — ``cfg``,
 ``num_clients``, ``train_size(c)``, ``global_params``, ``downloads()``, ``orders(t)``, ``finish(t, replies)``,
 ``to_run()``, ``client_backend``, and to survive a lost node or server ``round``, ``rows(c)``,
 ``save_checkpoint(path)``, ``load_checkpoint(path)``; ``ClientSide`` — ``num_clients``, ``train_size(c)``,
 ``backend_name``, ``serve(order, glob, saved)``; the values :class:`Order` and :class:`Reply`; :func:`to_bytes` /
-:func:`from_bytes`. (``sim``, each side's engine state, is for tests that compare it with the engine's.)
+:func:`from_bytes`. (``sim``, each side's RoundState, is for tests that compare it with the engine's.)
 
 Which methods run so (:func:`split_refusal`): those whose client hooks need only G and the client's own model,
 state and data, and whose ``aggregate`` needs only the senders' uploads and the server's own state; a method
@@ -45,7 +45,8 @@ from ..data.federated import FederatedData
 from ..errors import ConfigError, FedalaError
 from ..record.run import Run
 from . import rounds
-from .simulate import Simulation
+from .rounds import RoundState
+from .simulate import Simulation, load_checkpoint, write_checkpoint
 from .stragglers import LocalWork
 
 SERVER_HOOKS = ("select", "aggregate")
@@ -197,16 +198,19 @@ def _per_client(v, n: int) -> bool:
     return isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == n
 
 
+def _tensors_mapped(plain, f):
+    """A plain state (``state_to_dict``'s: dicts, lists, tensors, values) with ``f`` of each tensor."""
+    if isinstance(plain, dict):
+        return {k: _tensors_mapped(v, f) for k, v in plain.items()}
+    if isinstance(plain, list):
+        return [_tensors_mapped(v, f) for v in plain]
+    return f(plain) if isinstance(plain, torch.Tensor) else plain
+
+
 def state_rows(plain, c: int, n: int):
     """Client ``c``'s part of a state made plain (``state_to_dict``): each tensor with one row per client
     (leading dimension N) cut to its row c, (1, …); everything else whole (the client's own copy)."""
-    if isinstance(plain, dict):
-        return {k: state_rows(v, c, n) for k, v in plain.items()}
-    if isinstance(plain, list):
-        return [state_rows(v, c, n) for v in plain]
-    if isinstance(plain, torch.Tensor):
-        return (plain[c:c + 1] if _per_client(plain, n) else plain).detach().cpu().clone()
-    return plain
+    return _tensors_mapped(plain, lambda v: (v[c:c + 1] if _per_client(v, n) else v).detach().cpu().clone())
 
 
 def put_state_rows(live, rows, c: int, n: int):
@@ -245,15 +249,6 @@ def put_client_rows(plain, rows, c: int, n: int) -> None:
         plain[c] = rows[0].to(plain.dtype)
 
 
-def _cloned(plain):
-    """A plain state (``state_to_dict``'s) with every tensor copied."""
-    if isinstance(plain, dict):
-        return {k: _cloned(v) for k, v in plain.items()}
-    if isinstance(plain, list):
-        return [_cloned(v) for v in plain]
-    return plain.clone() if isinstance(plain, torch.Tensor) else plain
-
-
 def poison(tree, rows, n: int) -> None:
     """Fill rows ``rows`` (a client id, or a slice/mask) of every floating per-client tensor in ``tree`` (a
     state, a dict of tensors) with NaN: a row its side does not hold."""
@@ -268,6 +263,12 @@ def poison(tree, rows, n: int) -> None:
             poison(v, rows, n)
     elif _per_client(tree, n) and tree.is_floating_point():
         tree[rows] = math.nan
+
+
+def forget(rs: RoundState, rows, *, state: bool = True) -> None:
+    """:func:`poison` rows ``rows`` of ``rs``'s models, buffers and (``state``) the algorithm's per-client state."""
+    for tree in (rs.local_params, rs.local_buffers, rs.state if state else None):
+        poison(tree, rows, rs.num_clients)
 
 
 # ------------------------------------------------------------------------------------- the client side
@@ -312,18 +313,19 @@ class ClientSide:
     model and the algorithm's initial state, as in the engine); after it they are saved and poisoned again."""
 
     def __init__(self, cfg: RunConfig, data: FederatedData | None = None, model: nn.Module | None = None):
-        self.sim = sim = Simulation(cfg.replace(backend=client_backend(cfg)), data, model=model)
-        self.num_clients = n = sim.num_clients
-        self.backend_name = sim.backend.name
-        self.uploads = list(sim.algo.downloads())
-        self.initial = {"params": {k: v.detach().clone() for k, v in sim.model.named_parameters()},
-                        "buffers": {k: v.detach().clone() for k, v in sim.model.named_buffers()},
-                        "state": state_to_dict(sim.algo.init_state(sim.setup))}
-        for tree in (sim.local_params, sim.local_buffers, sim.state):
-            poison(tree, slice(None), n)
+        built = Simulation(cfg.replace(backend=client_backend(cfg)), data, model=model)  # the engine's build
+        self.sim = rs = RoundState(**{f.name: getattr(built, f.name) for f in dataclasses.fields(RoundState)}
+                                   | {"recorder": None})
+        self.num_clients, self.threads = rs.num_clients, built.threads
+        self.backend_name = rs.setup.backend.name
+        self.uploads = list(rs.algo.downloads())
+        self.initial = {"params": {k: v.detach().clone() for k, v in built.model.named_parameters()},
+                        "buffers": {k: v.detach().clone() for k, v in built.model.named_buffers()},
+                        "state": state_to_dict(rs.algo.init_state(rs.setup))}
+        forget(rs, slice(None))
 
     def train_size(self, c: int) -> int:
-        return int(self.sim.train_sizes[c])
+        return int(self.sim.setup.train_sizes[c])
 
     def serve(self, order: Order, glob: dict[str, torch.Tensor], saved: bytes | None) -> tuple[Reply, bytes]:
         """Carry out ``order`` for its client with the global parameters ``glob`` (what the method downloads),
@@ -333,13 +335,12 @@ class ClientSide:
             raise FedalaError(f"client {c} does not exist: the run's data has {n} clients (0 … {n - 1})")
         self._load(c, saved)
         try:
-            with cpu_threads(self.sim.threads):
+            with cpu_threads(self.threads):
                 reply = self._serve(order, glob)
             reply.rows = self._save(c)
             return reply, reply.rows
         finally:
-            for tree in (self.sim.local_params, self.sim.local_buffers, self.sim.state):
-                poison(tree, c, n)
+            forget(self.sim, c)
 
     def _load(self, c: int, saved: bytes | None) -> None:
         sim = self.sim
@@ -361,10 +362,11 @@ class ClientSide:
 
     def _serve(self, order: Order, glob: dict) -> Reply:
         sim, c, n = self.sim, order.client, self.num_clients
+        device = sim.setup.device
         for k, v in glob.items():
-            sim.global_params[k] = v.to(sim.device, sim.global_params[k].dtype)
-        me = torch.tensor([c], device=sim.device)
-        selected = torch.as_tensor(order.selected, dtype=torch.int64, device=sim.device)
+            sim.global_params[k] = v.to(device, sim.global_params[k].dtype)
+        me = torch.tensor([c], device=device)
+        selected = torch.as_tensor(order.selected, dtype=torch.int64, device=device)
         rnd = ClientRound(sim.setup, order.t, me=me, global_params=sim.global_params, local_params=sim.local_params,
                           local_buffers=sim.local_buffers, selected=selected, state=sim.state)
         straggler, dropped = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
@@ -372,7 +374,7 @@ class ClientSide:
         work = LocalWork(straggler, dropped, {} if order.limit is None else {c: order.limit})
         start = rounds.RoundStart(order.t, rnd, selected, work, order.evaluate,
                                   frozenset({c}) if order.snapshot else frozenset())
-        report = rounds.serve(sim, rnd, start)
+        report = rounds.serve(sim, start)
         reply = Reply(c, report.row(c), records=plain_records(rnd.records),
                       snapshots={which: flats[c] for which, flats in report.snapshots.items() if c in flats},
                       meta={k: list(v) for k, v in sim.algo.meta(sim.state).items() if isinstance(v, list)})
@@ -384,65 +386,6 @@ class ClientSide:
 # ------------------------------------------------------------------------------------- the server side
 
 
-class _ServerSimulation(Simulation):
-    """The server's engine state; its Run says where the round ran and gathers the clients' meta lists.
-
-    Its checkpoint (:meth:`state_dict`) is the engine's own (``Simulation.state_dict``, the file the run store
-    keeps at ``checkpoint_for(cfg)``) with every client's rows filled in from the rows the clients sent back, so
-    the engine can continue it too; ``"split"`` adds what continuing it apart needs exactly: each client's rows
-    as it kept them, the server's own algorithm state, the clients' meta lists and backend."""
-
-    def __init__(self, cfg: RunConfig, data, model, engine: str):
-        super().__init__(cfg, data, model=model)
-        self.close()  # the server trains nothing: no worker processes
-        self.engine, self.client_backend = engine, None
-        self.meta_lists: dict[str, list] = {}  # the clients' list entries of the algorithm's meta
-        self.client_rows: dict[int, bytes] = {}  # each client's rows as it last sent them (Reply.rows)
-        # every client's rows before any round (all alike): what a client the run never served still holds
-        self.initial = {"params": {k: v[0].detach().cpu().clone() for k, v in self.local_params.items()},
-                        "buffers": {k: v[0].detach().cpu().clone() for k, v in self.local_buffers.items()}}
-
-    def to_run(self, status: str = "complete") -> Run:
-        run = super().to_run(status=status)
-        for k, v in self.meta_lists.items():
-            if isinstance(run.meta.get(k), list):
-                run.meta[k] = [*run.meta[k], *(x for x in v if x not in run.meta[k])]
-        run.meta["env"]["backend"] = self.client_backend or client_backend(self.cfg)
-        run.meta["engine"] = self.engine
-        run.meta["split"] = {"clients": self.num_clients, "phase_seconds": "summed over clients",
-                             "seconds": "server wall clock per round, communication included"}
-        return run
-
-    def state_dict(self, *, recorder: bool = True) -> dict:
-        d = super().state_dict(recorder=recorder)
-        n, server_state = self.num_clients, d["state"]
-        local, buffers = ({k: v.unsqueeze(0).repeat(n, *[1] * v.dim()) for k, v in self.initial[part].items()}
-                          for part in ("params", "buffers"))
-        state = _cloned(server_state)
-        for c, blob in sorted(self.client_rows.items()):
-            rows = from_bytes(blob)
-            for tree, part in ((local, "params"), (buffers, "buffers")):
-                for k, v in rows[part].items():
-                    tree[k][c] = v
-            put_client_rows(state, rows["state"], c, n)
-        d.update(local=local, buffers=buffers, state=state,
-                 split={"clients": dict(self.client_rows), "server_state": server_state,
-                        "meta_lists": self.meta_lists, "client_backend": self.client_backend, "engine": self.engine})
-        return d
-
-    def load_state_dict(self, d: dict) -> None:
-        split = d.get("split")
-        if not isinstance(split, dict) or not isinstance(split.get("clients"), dict):
-            raise ValueError("not a checkpoint of a run with clients and server apart")  # noqa: TRY004 - as the engine's
-        super().load_state_dict(d)
-        self.state = state_from_dict(self.state, split["server_state"])
-        self.client_rows = {int(c): bytes(b) for c, b in split["clients"].items()}
-        self.meta_lists = {k: list(v) for k, v in split["meta_lists"].items()}
-        self.client_backend = split["client_backend"]
-        for tree in (self.local_params, self.local_buffers):
-            poison(tree, slice(None), self.num_clients)
-
-
 class ServerSide:
     """The server side of the round: G, the algorithm's server-side state, selection, the stragglers' draw,
     aggregation of the senders' uploads, and the run's records (engine/rounds.py).
@@ -450,18 +393,24 @@ class ServerSide:
     Use: ``orders = server.orders(t)`` → send each client its order with :meth:`downloads` → collect the
     replies → ``server.finish(t, replies)``; after the last round :meth:`to_run`. Raises a
     :class:`ConfigError` at construction for a method that cannot run split (:func:`split_refusal`).
-    ``engine`` names the transport in the Run's meta ("split", "flower")."""
+    ``engine`` names the transport in the Run's meta ("split", "flower"). Its round state (``sim``) is an
+    engine ``Simulation`` that never trains: the run's records, its Run and checkpoints are the engine's."""
 
     def __init__(self, cfg: RunConfig, data: FederatedData | None = None, model: nn.Module | None = None, *,
                  engine: str = "split"):
-        self.sim = sim = _ServerSimulation(cfg, data, model, engine)
-        check_split(sim.cfg, sim.algo, sim.state)
-        self.num_clients = sim.num_clients
-        self.uploads = list(sim.algo.downloads())
+        self.sim = rs = Simulation(cfg, data, model=model)
+        rs.close()  # the server trains nothing: no worker processes
+        check_split(rs.cfg, rs.algo, rs.state)
+        self.num_clients, self.uploads = rs.num_clients, list(rs.algo.downloads())
+        self.engine, self.client_backend = engine, None  # client_backend: as the clients said (the Run's env.backend)
+        self.meta_lists: dict[str, list] = {}  # the clients' list entries of the algorithm's meta
+        self.client_rows: dict[int, bytes] = {}  # each client's rows as it last sent them (Reply.rows)
+        # every client's rows before any round (all alike): what a client the run never served still holds
+        self.initial = {"params": {k: v[0].detach().cpu().clone() for k, v in rs.local_params.items()},
+                        "buffers": {k: v[0].detach().cpu().clone() for k, v in rs.local_buffers.items()}}
         self._start: rounds.RoundStart | None = None
         self._orders: dict[int, Order] = {}
-        for tree in (sim.local_params, sim.local_buffers):
-            poison(tree, slice(None), self.num_clients)
+        forget(rs, slice(None), state=False)
 
     @property
     def cfg(self) -> RunConfig:
@@ -473,17 +422,8 @@ class ServerSide:
         """G, the server's global model."""
         return self.sim.global_params
 
-    @property
-    def client_backend(self) -> str | None:
-        """The backend the clients train on, as they said (the Run's ``env.backend``)."""
-        return self.sim.client_backend
-
-    @client_backend.setter
-    def client_backend(self, name: str) -> None:
-        self.sim.client_backend = name
-
     def train_size(self, c: int) -> int:
-        return int(self.sim.train_sizes[c])
+        return int(self.sim.setup.train_sizes[c])
 
     @property
     def round(self) -> int:
@@ -493,19 +433,19 @@ class ServerSide:
     def rows(self, c: int) -> bytes | None:
         """Client ``c``'s rows as it last sent them (:attr:`Reply.rows`), None before it sent any: what a node
         that lacks them (a resumed run's, a replacement SuperNode) is handed with its next order."""
-        return self.sim.client_rows.get(c)
+        return self.client_rows.get(c)
 
     def save_checkpoint(self, path) -> None:
         """Write the run after its last finished round to ``path`` (atomically), in the engine's checkpoint
         format with every client's rows filled in (the engine can continue it) and what continuing it apart
         needs exactly (:meth:`load_checkpoint`)."""
-        self.sim.save_checkpoint(path)
+        write_checkpoint(self._state_dict(), path)
 
     def engine_state(self) -> dict:
         """The engine state after the last finished round as the run store keeps it with a finished run
         (record/store.py): every client's rows filled in, without the records and without what continuing
         apart needs (``Simulation.state_dict(recorder=False)``, as get_or_run keeps it)."""
-        d = self.sim.state_dict(recorder=False)
+        d = self._state_dict(recorder=False)
         del d["split"]
         return d
 
@@ -513,7 +453,37 @@ class ServerSide:
         """Continue from :meth:`save_checkpoint`'s file at ``path``: the server's state, its records and each
         client's rows (:meth:`rows`). False, changing nothing, when ``path`` holds no checkpoint of this run
         (absent, torn, another config or an engine checkpoint without the clients' rows as they kept them)."""
-        return self.sim.load_checkpoint(path)
+        return load_checkpoint(path, self._load_state_dict)
+
+    def _state_dict(self, *, recorder: bool = True) -> dict:
+        """The engine's ``state_dict``, every client's rows filled in from the rows it sent back; ``"split"``:
+        those rows as it kept them, the server's own algorithm state, the clients' meta lists and backend."""
+        d = self.sim.state_dict(recorder=recorder)
+        n, server_state = self.num_clients, d["state"]
+        local, buffers = ({k: v.unsqueeze(0).repeat(n, *[1] * v.dim()) for k, v in self.initial[part].items()}
+                          for part in ("params", "buffers"))
+        state = _tensors_mapped(server_state, torch.Tensor.clone)
+        for c, blob in sorted(self.client_rows.items()):
+            rows = from_bytes(blob)
+            for tree, part in ((local, "params"), (buffers, "buffers")):
+                for k, v in rows[part].items():
+                    tree[k][c] = v
+            put_client_rows(state, rows["state"], c, n)
+        d.update(local=local, buffers=buffers, state=state,
+                 split={"clients": dict(self.client_rows), "server_state": server_state,
+                        "meta_lists": self.meta_lists, "client_backend": self.client_backend, "engine": self.engine})
+        return d
+
+    def _load_state_dict(self, d: dict) -> None:
+        split = d.get("split")
+        if not isinstance(split, dict) or not isinstance(split.get("clients"), dict):
+            raise ValueError("not a checkpoint of a run with clients and server apart")  # noqa: TRY004 - as the engine's
+        self.sim.load_state_dict(d)
+        self.sim.state = state_from_dict(self.sim.state, split["server_state"])
+        self.client_rows = {int(c): bytes(b) for c, b in split["clients"].items()}
+        self.meta_lists = {k: list(v) for k, v in split["meta_lists"].items()}
+        self.client_backend = split["client_backend"]
+        forget(self.sim, slice(None), state=False)
 
     def downloads(self) -> dict[str, torch.Tensor]:
         """G's parameters a client receives (the method's ``downloads()``: FedRep's body), on the CPU."""
@@ -552,41 +522,34 @@ class ServerSide:
                 report.snapshots.setdefault(which, {})[c] = flat
             report.records.extend(r.records)
             for k, v in r.meta.items():
-                have = sim.meta_lists.setdefault(k, [])
+                have = self.meta_lists.setdefault(k, [])
                 have.extend(x for x in v if x not in have)
         for c in start.work.senders(start.selected).cpu().tolist():  # the senders' uploads, in their rows
             if by[c].upload is None:
                 raise FedalaError(f"round {t}: client {c} sent no model")
             for k, v in by[c].upload.items():
-                sim.local_params[k][c] = v.to(sim.device, sim.local_params[k].dtype)
+                sim.local_params[k][c] = v.to(sim.setup.device, sim.local_params[k].dtype)
         try:
-            row = rounds.finish(sim, start, report, apart=True)
+            row = rounds.finish(sim, start, report, self.to_run, apart=True)
         finally:
             self._start = None
-            for tree in (sim.local_params, sim.local_buffers):
-                poison(tree, slice(None), n)
-        sim.client_rows.update({c: r.rows for c, r in by.items() if r.rows is not None})  # once the round counts
+            forget(sim, slice(None), state=False)
+        self.client_rows.update({c: r.rows for c, r in by.items() if r.rows is not None})  # once the round counts
         return row
 
     def to_run(self, status: str = "complete") -> Run:
         """The recorded :class:`Run`, as the engine's, with ``meta["engine"]`` naming where it ran and
         ``meta["split"]`` how (the clients' list entries of the algorithm's meta gathered)."""
-        return self.sim.to_run(status=status)
+        run = self.sim.to_run(status=status)
+        for k, v in self.meta_lists.items():
+            if isinstance(run.meta.get(k), list):
+                run.meta[k] = [*run.meta[k], *(x for x in v if x not in run.meta[k])]
+        run.meta["env"]["backend"] = self.client_backend or client_backend(self.cfg)
+        run.meta["engine"] = self.engine
+        run.meta["split"] = {"clients": self.num_clients, "phase_seconds": "summed over clients",
+                             "seconds": "server wall clock per round, communication included"}
+        return run
 
 
-__all__ = [
-    "ClientRound",
-    "ClientSide",
-    "Order",
-    "Reply",
-    "ServerSide",
-    "check_split",
-    "client_backend",
-    "from_bytes",
-    "poison",
-    "put_state_rows",
-    "split_methods",
-    "split_refusal",
-    "state_rows",
-    "to_bytes",
-]
+__all__ = ["ClientRound", "ClientSide", "Order", "Reply", "ServerSide", "check_split", "client_backend", "forget",
+           "from_bytes", "poison", "put_state_rows", "split_methods", "split_refusal", "state_rows", "to_bytes"]

@@ -24,6 +24,7 @@ compute/workers.py) runs per-client steps over them. Every random draw comes fro
 The loop knows no algorithm: the hooks come from the config's algorithm spec (algorithms/registry.py), and
 whatever an algorithm carries from round to round is its own state value, held here as ``sim.state`` and
 checkpointed without being looked into. A hook sees a ``Round`` (its view of this round), never the engine.
+What a round works on is declared (``rounds.RoundState``): a Simulation is that state for every client.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..algorithms.base import Round, Setup, resolve_backend, state_from_dict, state_to_dict
+from ..algorithms.base import Setup, resolve_backend, state_from_dict, state_to_dict
 from ..compute import rng
 from ..compute.backends import make_backend
 from ..compute.device import cpu_threads, environment, keep_freed_memory, resolve_device
@@ -72,8 +73,8 @@ def bind(cfg: RunConfig, data: FederatedData | None = None, model: nn.Module | N
     return cfg
 
 
-class Simulation:
-    """State and shared services of one run; ``run()`` is the round loop.
+class Simulation(rounds.RoundState):
+    """One run: the round's state of every client (a :class:`~.rounds.RoundState`), services, the round loop.
 
     ``data``: the clients' data (default: built from ``cfg.data``); ``model``: an ``nn.Module`` of your own
     (its weights are the initial global model; default: ``cfg.model`` built with the run's seed). Either makes
@@ -110,7 +111,7 @@ class Simulation:
         if fused_linear is None:
             fused_linear = cfg.backend == "auto" and name == "workers"
         backend = self._make_backend(name, chunk_clients, workers, channels_last, fused_linear, graphs)
-        n = self.num_clients
+        n = self.data.num_clients
         # the algorithm sees the config through a watch: whether it reads the run's total rounds decides
         # whether the store may continue this run to another length (reads_horizon)
         self.setup = Setup(watch_horizon(cfg), self.model, self.data, tracked=cfg.clients_to("track_clients", n),
@@ -165,7 +166,7 @@ class Simulation:
             raise ConfigError("chunk_clients", chunk_clients, "unset (None): the workers backend trains one "
                               "client at a time in each process", "set backend='vectorised'")
         return WorkerBackend(self.model, workers=workers, channels_last=channels_last, fused_linear=fused_linear,
-                             capacity=self.num_clients)
+                             capacity=self.data.num_clients)
 
     @property
     def backend(self):
@@ -214,17 +215,8 @@ class Simulation:
     # -- facts -------------------------------------------------------------------------------------
 
     @property
-    def num_clients(self) -> int:
-        return self.data.num_clients
-
-    @property
     def train_sizes(self) -> np.ndarray:
         return self.data.train_sizes
-
-    def round_view(self, t: int, selected: torch.Tensor | None = None) -> Round:
-        """Round ``t`` as the algorithm's hooks see it (algorithms/base.py)."""
-        return Round(self.setup, t, global_params=self.global_params, local_params=self.local_params,
-                     local_buffers=self.local_buffers, selected=selected, state=self.state)
 
     def evaluate(self, params: dict, buffers: dict, split: str, clients=None) -> dict[str, np.ndarray]:
         """Sum of losses, number correct and number of samples per client on its ``split``."""
@@ -291,7 +283,7 @@ class Simulation:
     def run_round(self, t: int) -> dict:
         """Round ``t`` (engine/rounds.py) on every client at once; returns the round's row."""
         start = rounds.begin(self, t)
-        return rounds.finish(self, start, rounds.serve(self, start.rnd, start))
+        return rounds.finish(self, start, rounds.serve(self, start), self.to_run)
 
     # -- output and checkpoints --------------------------------------------------------------------
 
@@ -365,12 +357,9 @@ class Simulation:
             state = fresh
         else:
             state = fresh
-        glob, local, buffers = ({k: v.to(self.device) for k, v in d[part].items()}
-                                for part in ("global", "local", "buffers"))
         recorder = self._recorder()
         recorder.load_prefix(prefix, t, train_loss=self.cfg.record_train_loss)
-        self.round, self.seconds = t, float(d["seconds"])
-        self.global_params, self.local_params, self.local_buffers, self.state = glob, local, buffers, state
+        self._put(d, state)
         self.recorder = recorder
         self.branched_from = {"run": prefix.path.name if prefix.path else prefix.config.slug(), "round": t,
                               "seconds": float(d["seconds"])}
@@ -383,39 +372,50 @@ class Simulation:
             raise ValueError("checkpoint belongs to another config or format")
         if d.get("recording", self._recording()) != self._recording():
             raise ValueError("checkpoint records other clients or quantities than this config")
-        state = state_from_dict(self.state, d["state"])
-        glob, local, buffers = ({k: v.to(self.device) for k, v in d[part].items()}
-                                for part in ("global", "local", "buffers"))
-        self.round, self.seconds = int(d["round"]), float(d["seconds"])
-        self.global_params, self.local_params, self.local_buffers, self.state = glob, local, buffers, state
+        self._put(d, state_from_dict(self.state, d["state"]))
         self.recorder.load_state_dict(d["recorder"])
         self.branched_from = d.get("branched_from")
         self._horizon_read_before = bool(d.get("reads_horizon", True))  # unknown: as if read (never continued)
 
+    def _put(self, d: dict, state) -> None:
+        """The engine state ``d``'s models, round and seconds, and the algorithm state ``state``, as this run's."""
+        self.global_params, self.local_params, self.local_buffers = (
+            {k: v.to(self.device) for k, v in d[part].items()} for part in ("global", "local", "buffers"))
+        self.round, self.seconds, self.state = int(d["round"]), float(d["seconds"]), state
+
     def save_checkpoint(self, path: str | Path, *, recorder: bool = True) -> None:
         """Write atomically: a temporary file in the same folder, then ``os.replace``. ``recorder=False``:
         the engine state alone (:meth:`state_dict`), as the run store keeps it."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            torch_save(self.state_dict(recorder=recorder), tmp)  # a full disk: an OSError saying so
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)  # never a half-written file left behind
-            raise
+        write_checkpoint(self.state_dict(recorder=recorder), path)
 
     def load_checkpoint(self, path: str | Path) -> bool:
         """Restore from ``path`` if it holds a checkpoint of this config; False if absent or foreign."""
-        path = Path(path)
-        if not path.is_file():
-            return False
-        try:
-            d = torch.load(path, map_location="cpu", weights_only=True)
-            self.load_state_dict(d)
-        except Exception:  # noqa: BLE001 - a torn or foreign file is ignored, never trusted
-            return False
-        return True
+        return load_checkpoint(path, self.load_state_dict)
+
+
+def write_checkpoint(d: dict, path: str | Path) -> None:
+    """Write the state ``d`` to ``path`` atomically: a temporary file in the same folder, then ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        torch_save(d, tmp)  # a full disk: an OSError saying so
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # never a half-written file left behind
+        raise
+
+
+def load_checkpoint(path: str | Path, load: Callable[[dict], None]) -> bool:
+    """``load`` the state in ``path``; False if there is none, or it is torn or refused (``load`` raised)."""
+    path = Path(path)
+    if not path.is_file():
+        return False
+    try:
+        load(torch.load(path, map_location="cpu", weights_only=True))
+    except Exception:  # noqa: BLE001 - a torn or foreign file is ignored, never trusted
+        return False
+    return True
 
 
 def read_checkpoint(path: str | Path) -> Run | None:
