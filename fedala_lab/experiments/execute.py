@@ -24,6 +24,7 @@ from ..algorithms.plugins import check_importable, plugin_modules
 from ..algorithms.registry import specs
 from ..compute.parallel import available_cpus
 from ..config import RunConfig
+from ..environ import PROCESSES
 from ..errors import ConfigError, FedalaError
 from ..record.store import open_store
 from .pool import RunPool, failure, processes_setting, run_in_worker
@@ -42,13 +43,18 @@ def still_to_do(cfgs: Iterable[RunConfig], store, *, force: bool = False) -> lis
     return [c for c in unique.values() if force or store.status(c).state not in ("complete", "diverged")]
 
 
-def process_count(processes, todo: list[RunConfig]) -> int:
+def process_count(processes, todo: list[RunConfig], *, warm: bool = False) -> int:
     """How many processes compute ``todo``: ``processes`` (a number, or "auto": ``$FEDALA_LAB_PROCESSES``, else
     one per CPU core this process may use, at most 4 — pool.processes_setting, which also bounds it by the
     machine), never more than the runs, and 1 — this process — when a run goes to a GPU (its runs are the GPU's,
-    not the cores')."""
+    not the cores'). "auto" without ``warm`` processes (a pool already started, the app's) and without
+    ``$FEDALA_LAB_PROCESSES`` also stays in this process for up to two runs a process: starting a process (its
+    own torch, its data) costs more than it saves on so few (``make run``'s three runs: benchmarks/results.md)."""
     n = processes_setting(processes)
     if any(c.platform().startswith(("cuda", "mps")) for c in todo):
+        return 1
+    chosen = not (isinstance(processes, str) and processes.strip().lower() == "auto") or PROCESSES in os.environ
+    if not warm and not chosen and len(todo) <= 2 * n:
         return 1
     return max(1, min(n, len(todo)))
 
@@ -100,7 +106,7 @@ def compute(cfgs: Iterable[RunConfig], store=None, *, processes: int | str = "au
                                    processes=processes, address=ray_address, trackers=trackers, who=who,
                                    shared=shared_store if shared_store is not None else ray_address is None))
         return statuses
-    n = process_count(pool.processes if pool is not None else processes, todo)
+    n = process_count(pool.processes if pool is not None else processes, todo, warm=pool is not None)
     if n == 1:
         from ..compute.device import cpu_threads
 
