@@ -697,3 +697,22 @@ def test_mnist_preset_every_figure_on_a_tiny_cut(tmp_path, monkeypatch):
     assert entries["fig2"]["runs_computed"] == entries["fig3"]["runs_computed"] == entries["fig5"]["runs_computed"] == 0
     assert entries["table1"]["runs_computed"] == 5  # s = 80 is the table's FedALA run
     assert len(entries["table1"]["runs_branched"]) == 6  # all from FedAvg Dir(0.1)'s round 1 (s = 80 too)
+
+
+def test_ranked_methods_draw_the_95_interval_over_seeds(runs):
+    from fedala_lab.figures import RankedAccuracyDisplay
+
+    sel = [runs[a, s] for a in ("fedavg", "fedala") for s in (0, 1)] + [runs["p2", 0]]
+    labels = ["FedAvg", "FedAvg", "FedALA", "FedALA", "FedALA p 2"]
+    d = RankedAccuracyDisplay.from_runs(sel, labels=labels)
+    rank = d.ranking_.set_index("label")
+    final = [runs["fedala", s].final_acc for s in (0, 1)]
+    half = np.tan(0.475 * np.pi) * np.std(final, ddof=1) / np.sqrt(2)  # t(0.975, 1) · s / √2
+    assert (rank.loc["FedALA", "lo"], rank.loc["FedALA", "hi"]) == pytest.approx(
+        (np.mean(final) - half, np.mean(final) + half))
+    assert np.isnan(rank.loc["FedALA p 2", "lo"])  # one seed: no interval, no line
+    texts = [t.get_text() for t in d.ax_.texts]
+    assert f"{np.mean(final):.2f} ± {half:.2f}" in texts and "95 % interval" in d.ax_.get_xlabel()
+    lines = [c.get_segments()[0] for c in d.ax_.collections if type(c).__name__ == "LineCollection"]
+    across = [seg for seg in lines if seg[0][1] == seg[1][1]]  # horizontal: the intervals (bars are vertical)
+    assert sorted(seg[0][0] for seg in across) == pytest.approx(sorted(rank.loc[["FedAvg", "FedALA"], "lo"]))

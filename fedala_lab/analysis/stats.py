@@ -289,6 +289,8 @@ def seed_stats(frame: pd.DataFrame, by: Sequence[str] = ("label",), *, against=A
     group is FedAvg's, else no comparison; None: no comparison. Several rows of one group and seed (a sweep's grid
     points that share a run) count once: their mean.
     """
+    if not len(frame):  # no run (a sweep whose every run failed): nothing to say, whatever the columns
+        return pd.DataFrame()
     missing = [c for c in [*by, "seed", *map(column, metrics)] if c not in frame]
     if missing:
         raise ConfigError("metrics", missing[0], "a column of the runs' frame: " + ", ".join(map(str, frame.columns)))
@@ -337,7 +339,7 @@ def gain_table(frame: pd.DataFrame, by: Sequence[str] = ("label",), *, against=A
     :func:`groups_frame`) against its reference (chosen as in :func:`seed_stats`), the runs paired by seed:
     :func:`gain_summary`'s columns, one row per compared group (the ``by`` columns and ``reference``). Groups whose
     data differ from the reference's (other clients under the same ids) get no row."""
-    if "run" not in frame:
+    if len(frame) and "run" not in frame:
         raise ConfigError("frame", list(frame.columns), "a frame with the runs themselves (column run)")
     by, versus, ref_value, groups = _grouped(frame, by, versus, against)
     rows = []
@@ -360,7 +362,8 @@ def _grouped(frame: pd.DataFrame, by: Sequence[str], versus: str | None, against
     versus = versus or ("label" if "label" in by else "algo" if "algo" in by else by[0])
     if versus not in by:
         raise ConfigError("versus", versus, "one of the table's columns: " + ", ".join(by))
-    groups = {k if isinstance(k, tuple) else (k,): g for k, g in frame.groupby(by, sort=False, dropna=False)}
+    groups = ({k if isinstance(k, tuple) else (k,): g for k, g in frame.groupby(by, sort=False, dropna=False)}
+              if len(frame) else {})
     return by, versus, _reference(frame, versus, against), groups
 
 
@@ -375,9 +378,9 @@ def _partner(key: tuple, by: list[str], versus: str, ref_value, keys) -> tuple |
 
 def _reference(frame: pd.DataFrame, versus: str, against):
     """The ``versus`` value that names the reference (None: no comparison)."""
-    if against is None:
+    if against is None or not len(frame):  # no run: nothing to compare, with whatever reference
         return None
-    values = list(dict.fromkeys(frame[versus])) if len(frame) else []
+    values = list(dict.fromkeys(frame[versus]))
     if against == AUTO:
         if versus == "algo":
             return DEFAULT_REFERENCE if DEFAULT_REFERENCE in values else None
@@ -388,8 +391,7 @@ def _reference(frame: pd.DataFrame, versus: str, against):
     for v in values:
         if _names(v, against):
             return v
-    raise ConfigError("against", against, f"one of the compared {versus} values: " + ", ".join(map(str, values))
-                      if values else "a value of the runs compared (there are none)")
+    raise ConfigError("against", against, f"one of the compared {versus} values: " + ", ".join(map(str, values)))
 
 
 def _names(value, against) -> bool:

@@ -510,7 +510,7 @@ def _fedlama_planned(plan: Plan) -> list[RunConfig]:
 
 FIGURES: dict[str, FigureSpec] = {s.key: s for s in [
     FigureSpec("table2", "Tables 2 and 7", "accuracy of each method (traditional FL, the pFL baselines, FedALA, "
-               "Local), mean ± std over seeds, best and final round", make_table2, _tables_planned),
+               "Local), mean and 95 % interval over seeds, best and final round", make_table2, _tables_planned),
     FigureSpec("table3", "Table 3", "computation (seconds per round, ALA's start phase) and communication (models "
                "up and down per client per round) of each method, measured", make_table3,
                lambda plan: plan.table("practical").configs()),

@@ -18,7 +18,7 @@ def save_sweep(result, out: str | os.PathLike, by: Iterable[str] | None = None, 
       final pooled accuracy and the worst 10 % of clients with 95 % intervals, and against ``against`` (default
       FedAvg when the rows are algorithms) the paired differences with their p-values (docs/comparing.md);
     - ``stats.csv``: every statistic of every row, long (:func:`~fedala_lab.analysis.tables.sweep_stats`: the
-      per-client numbers too, Wilcoxon's p, the notes);
+      per-client numbers too, Wilcoxon's p, the notes), when a run finished;
     - ``clients.csv``: per client, each row against the reference (how many clients gain and lose, by how much),
       when there is a reference.
 
@@ -37,11 +37,11 @@ def save_sweep(result, out: str | os.PathLike, by: Iterable[str] | None = None, 
                 + "".join(f"- `{k}`: {msg}\n" for k, msg in result.failed.items()) + "\n")
     files = {f"runs{part}.csv": result.frame.to_csv(index=False), f"table{part}.csv": table.to_csv(index=False),
              f"table{part}.md": fail + head + "\n\n" + table_markdown(table, by) + "\n",
-             f"table{part}.tex": table_latex(table, by, caption=("Incomplete: runs failed. " if fail else "") + head),
-             f"stats{part}.csv": sweep_stats(result, by, against=against).to_csv(index=False)}
-    gains = sweep_gains(result, by, against=against)
-    if len(gains):
-        files[f"clients{part}.csv"] = gains.to_csv(index=False)
+             f"table{part}.tex": table_latex(table, by, caption=("Incomplete: runs failed. " if fail else "") + head)}
+    for name, frame in ((f"stats{part}.csv", sweep_stats(result, by, against=against)),
+                        (f"clients{part}.csv", sweep_gains(result, by, against=against))):
+        if len(frame):  # none without a finished run, or (clients) without a reference
+            files[name] = frame.to_csv(index=False)
     paths = []
     for name, text in files.items():
         path = out / name
