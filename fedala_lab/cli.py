@@ -23,6 +23,7 @@ from pathlib import Path
 from . import numerics, webapp
 from .algorithms import registry
 from .algorithms.plugins import env_modules, load_plugins
+from .analysis.stats import AUTO
 from .analysis.tables import data_title, sweep_table, table_markdown
 from .config import (
     BACKENDS,
@@ -344,7 +345,8 @@ def cmd_sweep(args) -> int:
             raise
         result = err.result
     by = list(spec.table_by())
-    table = sweep_table(result, by)
+    against = args.against if args.against is not None else AUTO
+    table = sweep_table(result, by, against=against)
     if args.json:
         for rec in table.to_dict(orient="records"):
             print(json.dumps(json_safe(rec), allow_nan=False))
@@ -356,7 +358,7 @@ def cmd_sweep(args) -> int:
             print(f"INCOMPLETE: {len(result.failed)} run(s) failed (below, on stderr); the table lacks them")
         print(table_markdown(table, by))
     if args.out:
-        for p in save_sweep(result, args.out, by):
+        for p in save_sweep(result, args.out, by, against=against):
             if not args.json:
                 print(f"wrote {p}")
     # every diverged or failed run is one line on stderr and makes the exit code 2 (stdout: the table only)
@@ -509,9 +511,10 @@ def _add_figures(sub) -> None:
 
 def _add_sweep(sub) -> None:
     p = sub.add_parser("sweep", help="run a grid (algorithms × seeds × p × s × β × clients …) and print "
-                                     "mean ± std tables",
+                                     "tables over seeds with 95 %% intervals and paired tests",
                        description="Run every point of a grid of configs (skipping those already in the run "
-                                   "store) and aggregate best/final accuracy over seeds.")
+                                   "store) and aggregate best/final accuracy over seeds: means with 95 % intervals, "
+                                   "and each row against a reference (--against), paired by seed.")
     p.add_argument("--spec", type=Path, help="sweep file (YAML/JSON): name, preset, config, grid, by")
     p.add_argument("--sweep", help="a named reproduction sweep: " + ", ".join(SWEEPS))
     p.add_argument("--list", action="store_true", help="list the named sweeps and exit")
@@ -531,7 +534,11 @@ def _add_sweep(sub) -> None:
                    help="with --ray-address: the store is on a filesystem every node sees (workers write it)")
     p.add_argument("--gpus-per-run", type=float, default=0.0, help="Ray: GPUs reserved per run (e.g. 0.5)")
     p.add_argument("--store", default=None, help="run store folder (default: $FEDALA_LAB_RUNS or ./runs)")
-    p.add_argument("--out", default=None, help="folder for runs.csv, table.csv and table.md")
+    p.add_argument("--against", default=None, metavar="NAME",
+                   help="the reference the rows are compared with, paired by seed (an algorithm, or a value of the "
+                        "first table column): default fedavg when the rows are algorithms; docs/comparing.md")
+    p.add_argument("--out", default=None, help="folder for runs.csv, table.csv/.md/.tex (95 %% intervals, paired "
+                                               "tests), stats.csv and clients.csv")
     p.add_argument("--dry-run", action="store_true", help="list the grid points and what is stored; run nothing")
     p.add_argument("--json", action="store_true", help="the table as one JSON object per row")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

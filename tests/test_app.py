@@ -340,14 +340,22 @@ def test_ablation_sweeps_p_and_refuses_p_beyond_the_model(app):
     fig, frame, found, status = app.ablation("p", "1,2", 1, **SMALL)
     assert list(frame["p"]) == [1, 2] and frame["ALA weights"].is_monotonic_increasing
     assert len(fig.axes) == 2 and status.startswith("2 FedALA run(s)")
-    # one seed: no empty std columns, and the sentence says what one seed cannot tell
-    assert "best ± std" not in frame and "one seed" in found and "Set seeds to 3" in found
+    # one seed: no empty interval columns, and the sentence says what one seed cannot tell
+    assert "best 95 % CI" not in frame and "one seed" in found and "Set seeds to 3" in found
     fig, frame, found, status = app.ablation("p", "1,2", 2, **SMALL)
-    assert list(frame["seeds"]) == [2, 2] and "best ± std" in frame and status.startswith("4 FedALA run(s)")
+    assert list(frame["seeds"]) == [2, 2] and "best 95 % CI" in frame and status.startswith("4 FedALA run(s)")
+    runs = {p: [app.store.find(ui.make_config(algo="fedala", **{**SMALL, "p": p, "seed": k})) for k in (0, 1)]
+            for p in (1, 2)}
     for p, row in frame.set_index("p").iterrows():  # mean over seeds 0 and 1 of the stored runs
-        runs = [app.store.find(ui.make_config(algo="fedala", **{**SMALL, "p": p, "seed": k})) for k in (0, 1)]
-        assert row["best acc %"] == pytest.approx(np.mean([r.summary()["best_acc"] for r in runs]), abs=0.01)
-    assert "std over 2 seeds" in found
+        best = [r.summary()["best_acc"] for r in runs[p]]
+        assert row["best acc %"] == pytest.approx(np.mean(best), abs=0.01)
+        # the interval: t(0.975, 1) · s / √2, computed apart from the library (t with 1 df is Cauchy: tan(0.475π))
+        half = np.tan(0.475 * np.pi) * np.std(best, ddof=1) / np.sqrt(2)
+        assert row["best 95 % CI"] == (f"± {half:.2f}" if half > 0 else "—")
+    # p = 2 against the page's p = 1, paired by seed, in words: the difference and what 2 seeds can tell
+    diff = np.mean([b.best_acc - a.best_acc for a, b in zip(runs[1], runs[2])])
+    assert "against p = 1 (the page's)" in found and f"p = 2 − p = 1 = {diff:+.2f} points" in found
+    assert "over 2 seeds" in found
     # one value: nothing to compare, said so (never "0.00 points apart")
     *_, found, _ = app.ablation("p", "1", 1, **SMALL)
     assert "One value, p = 1" in found and "points apart" not in found
@@ -421,10 +429,10 @@ def test_fedlama_tab_defaults_are_the_teach_fedlama_preset():
 
 
 def test_runs_tab_reaches_only_the_store(app, tmp_path):
-    table, _, fig, details, _ = app.runs("")
-    assert len(table) >= 2 and fig is None and details == {}
+    table, _, fig, details, _, said = app.runs("")
+    assert len(table) >= 2 and fig is None and details == {} and said == ""
     name = table["name"].iloc[0]
-    table, _, fig, details, _ = app.runs(name)
+    table, _, fig, details, _, _ = app.runs(name)
     algo = details["config"]["algo"]
     assert fig.axes[0].get_lines() and algo_label(algo) == table.set_index("name").loc[name, "algorithm"]
     outside = tmp_path / "elsewhere"
@@ -463,13 +471,14 @@ def test_runs_tab_lists_stopped_runs_filters_and_compares(app):
     assert len(only) and only["settings"].str.contains("s 80, p 2").all()
     # several runs: their curves on one plot (the stopped one's rounds so far too), a table comparing them
     pick = [fedala.loc[fedala["status"] == "complete", "name"].iloc[0], stopped["name"].iloc[0]]
-    _, selection, fig, details, compared = app.runs(pick)
+    _, selection, fig, details, compared, said = app.runs(pick)
     assert selection.value == pick
     lines = fig.axes[0].get_lines()
     assert len(lines) == 2 and "(stopped at round 2), digits Dir(0.1)" in lines[1].get_label()
     assert list(lines[1].get_xdata()) == [1, 2]
     assert list(compared["run"]) == pick and list(compared["status"]) == ["complete", "stopped at round 2"]
     assert details["name"] == pick[-1] and details["summary"]["status"] == "partial"
+    assert "1 unfinished run(s) left out" in said and "one seed: no interval" in said
     assert RunStore(app.store.root).find(app.store.load(pick[0]).config) is not None  # read-only: nothing moved
 
 
@@ -604,12 +613,20 @@ def test_scenario_says_what_it_changed_for_every_tab():
 
 
 def test_heterogeneity_ladder_runs_fedavg_on_every_split_over_seeds(app):
+    from fedala_lab.analysis.tables import SEED_DIFF
     from fedala_lab.webapp.tabs.data import LADDER
 
     small = {**SMALL, "rounds": 3}
-    fig, text, status = app.ladder(2, **small)
+    fig, text, said, status = app.ladder(2, **small)
     assert list(text["split"]) == list(LADDER) and (text["seeds"] == 2).all()
-    assert text.loc[0, "paired diff of best"].startswith("+0.0")  # IID against itself
+    assert text.loc[0, SEED_DIFF] == "reference"  # IID, which the others are paired with
+    # each split against IID in words, with the paired difference of the stored runs' best accuracy
+    iid = [app.store.find(ui.make_config(algo="fedavg", **{**small, **LADDER["IID"], "seed": k})) for k in (0, 1)]
+    for label, split in list(LADDER.items())[1:]:
+        runs = [app.store.find(ui.make_config(algo="fedavg", **{**small, **split, "seed": k})) for k in (0, 1)]
+        diff = np.mean([r.best_acc - i.best_acc for r, i in zip(runs, iid)])
+        assert f"- {label} − IID = {diff:+.1f} points" in said
+    assert said.count(" over 2 seeds") == len(LADDER) - 1 and "Holm-adjusted over" in said
     bars = [p for p in fig.axes[0].patches]
     assert len(bars) == len(LADDER)
     for split in LADDER.values():  # every split's runs are in the store, FedAvg, seeds 0 and 1
@@ -712,7 +729,7 @@ def test_out_of_range_seeds_are_refused_and_the_runs_tab_survives_one(app, tmp_p
     get_or_run(ui.make_config(algo="fedavg", **{**SMALL, "rounds": 2, "seed": 2**64}), own.store, progress=False)
     listing, *_ = own.runs("")
     assert list(listing["seed"]) == [str(2**64)]
-    *_, details, compared = own.runs(listing["name"].iloc[0])
+    *_, details, compared, _ = own.runs(listing["name"].iloc[0])
     assert details["config"]["seed"] == str(2**64) and list(compared["seed"]) == [str(2**64)]
 
 
@@ -733,7 +750,7 @@ def test_runs_picker_and_legend_tell_two_fedala_runs_apart(app):
     for cfg in (a, b):
         get_or_run(cfg, app.store, progress=False)
     names = [app.store.find(c).path.name for c in (a, b)]
-    _, selection, fig, _, _ = app.runs(names)
+    _, selection, fig, _, _, _ = app.runs(names)
     labels = {v: lab for lab, v in selection.choices}
     assert labels[names[0]] != labels[names[1]] and "eta 0.5" in labels[names[1]]
     legend = [ln.get_label() for ln in fig.axes[0].get_lines()]
@@ -772,3 +789,30 @@ def test_every_method_offered_has_a_colour_of_its_own():
     methods = [a for _, a in TRAIN_ALGOS if "+ala" not in a]
     colours = {a: colour_for(a) for a in methods}
     assert len(set(colours.values())) == len(methods), colours
+
+
+def test_runs_tab_says_over_seeds_whether_a_gap_is_noise(app):
+    """Runs alike but for their seed are one group: each group against FedAvg's, paired by seed, in words."""
+    from scipy import stats
+
+    cfgs = {a: [ui.make_config(algo=a, **{**SMALL, "rounds": 3, "seed": k}) for k in (0, 1, 2)]
+            for a in ("fedavg", "fedala")}
+    runs = {a: [get_or_run(c, app.store, progress=False) for c in cs] for a, cs in cfgs.items()}
+    names = [r.path.name for a in ("fedala", "fedavg") for r in runs[a]]  # FedALA picked first: FedAvg is still the reference
+    *_, said = app.runs(names)
+    d = np.array([a.final_acc - b.final_acc for a, b in zip(runs["fedala"], runs["fedavg"])])
+    half = stats.t.ppf(0.975, 2) * d.std(ddof=1) / np.sqrt(3)
+    assert f"- FedALA − FedAvg = {d.mean():+.1f} points, 95 % CI ±{half:.1f}, p " in said
+    assert "over 3 seeds (paired t)" in said and "Holm" not in said  # one comparison: nothing to adjust
+    gains = np.concatenate([
+        (a.clients.query(f"round == {a.acc.index[-1]}").set_index("client")["test_acc"]
+         - b.clients.query(f"round == {b.acc.index[-1]}").set_index("client")["test_acc"]).to_numpy()
+        for a, b in zip(runs["fedala"], runs["fedavg"])])
+    assert (f"FedALA vs FedAvg, per client (final accuracy, 3 seeds): {(gains > 0).sum()} of {len(gains)} "
+            f"client-seed pairs gain, {(gains < 0).sum()} lose") in said
+    # one seed of each: no interval, said so
+    *_, said = app.runs([runs["fedavg"][0].path.name, runs["fedala"][0].path.name])
+    assert "FedALA − FedAvg = " in said and "one seed: no interval" in said
+    # one group: its mean and interval
+    *_, said = app.runs([r.path.name for r in runs["fedala"]])
+    assert "FedALA: " in said and "95 % CI" in said and "over 3 seeds" in said

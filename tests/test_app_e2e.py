@@ -182,17 +182,18 @@ def test_partition_and_train_through_the_api(server, client):
     assert "2 served from the run store" in status2
 
     # and the Runs tab lists and reloads them, by name only
-    table, _, fig, details, _ = client.predict("", api_name="/runs")
+    table, _, fig, details, _, _ = client.predict("", api_name="/runs")
     names = {r["name"] for r in _rows(table)}
     assert {r["run"] for r in rows.values()} <= names
     name = rows["FedALA"]["run"]
-    _, _, fig, details, _ = client.predict(name, api_name="/runs")
+    _, _, fig, details, _, _ = client.predict(name, api_name="/runs")
     assert fig["plot"].startswith("data:image/")
     assert details["config"]["algo"] == "fedala" and details["summary"]["rounds"] == SMALL["rounds"]
-    # several at once: one plot, and a table comparing them
+    # several at once: one plot, a table comparing them, and a line over seeds (one seed each: no interval)
     both = [rows["FedAvg"]["run"], name]
-    _, _, fig, details, compared = client.predict(both, api_name="/runs")
+    _, _, fig, details, compared, said = client.predict(both, api_name="/runs")
     assert [r["run"] for r in _rows(compared)] == both and details["name"] == name
+    assert "FedALA − FedAvg = " in said and "one seed: no interval" in said
     # filtered: FedALA's runs only
     table, *_ = client.predict("", algorithm="fedala", api_name="/runs")
     assert {r["algorithm"] for r in _rows(table)} == {"FedALA"} and name in {r["name"] for r in _rows(table)}

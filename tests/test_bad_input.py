@@ -445,7 +445,7 @@ def test_a_diverged_grid_point_is_listed_as_such_and_fails_the_command(tmp_path,
         assert len(lines) == 1 and re.match(r"fedala-lab: error: run fedavg-.* diverged: training diverged in "
                                             r"round 1.*lr=1e\+06 is most likely too large", lines[0]), err
     rc, out, err = _cli(argv, capsys)
-    assert rc == 2 and "| 1000000.0 | — | — | 0 | diverged |" in out and "| status |" in out
+    assert rc == 2 and "| 1000000.0 | — | — | — | 0 | diverged |" in out and "| status |" in out
 
 
 def test_errors_inside_a_sweep_worker_come_back_with_their_message(tmp_path, capsys):
@@ -826,7 +826,7 @@ def test_runs_tab_after_stop_past_k(tmp_path):
     assert k > 5 and any(".state-r5" in p.name for p in (tmp_path / "store" / ".checkpoints").iterdir())
     listed, *_ = app.runs("")
     assert list(listed["status"]) == [f"stopped at round {k}"]
-    *_, details, compared = app.runs(listed["name"][0])
+    *_, details, compared, _ = app.runs(listed["name"][0])
     assert details["summary"]["rounds"] == k and list(compared["status"]) == [f"stopped at round {k}"]
 
 

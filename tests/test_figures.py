@@ -10,7 +10,6 @@ import pandas as pd
 import pytest
 from conftest import SHARED_MNIST
 
-from fedala_lab.analysis.tables import format_mean_std
 from fedala_lab.experiments.presets import preset
 from fedala_lab.experiments.runs import get_or_run
 from fedala_lab.record.store import RunStore
@@ -285,7 +284,14 @@ def test_accuracy_table_layout_and_renderings(runs):
     assert list(t.frame_.index) == ["FedAvg", "FedALA"]
     assert list(t.frame_.columns) == ["MNIST-mini Dir(0.1) (best)", "MNIST-mini Dir(0.1) (final)"]
     best = [runs["fedala", s].acc.max() for s in (0, 1)]
-    assert t.frame_.loc["FedALA", "MNIST-mini Dir(0.1) (best)"] == format_mean_std(np.mean(best), np.std(best, ddof=1))
+    # ± is the 95 % interval over the 2 seeds: t(0.975, 1) · s / √2, and t with 1 df is Cauchy: tan(0.475 π)
+    half = np.tan(0.475 * np.pi) * np.std(best, ddof=1) / np.sqrt(2)
+    assert t.frame_.loc["FedALA", "MNIST-mini Dir(0.1) (best)"] == f"{np.mean(best):.2f} ± {half:.2f}"
+    assert "95 % interval of the mean over seeds" in t.caption and "Student t" in t.caption
+    # the numbers behind it: FedALA against FedAvg, paired by seed
+    diffs = [runs["fedala", s].best_acc - runs["fedavg", s].best_acc for s in (0, 1)]
+    row = t.stats_.set_index("algo").loc["fedala"]
+    assert row["reference"] == "fedavg" and row["best_diff"] == pytest.approx(np.mean(diffs))
     md = t.to_markdown().splitlines()
     assert md[0].startswith("| method |") and md[1].startswith("|:---|") and len(md[2].split("|")) == 5
     tex = t.to_latex(label="tab:acc")
@@ -306,8 +312,20 @@ def test_applicability_gain(runs):
         np.mean([runs["fedprox", s].best_acc for s in (0, 1)])
     assert f.loc[1, "gain"] == pytest.approx(gain)
     t = AccuracyTable.from_applicability(sel)
-    assert list(t.frame_.columns) == ["base", "+ALA", "gain"]
-    assert t.frame_.loc["FedProx", "gain"] == f"{gain:+.2f}"
+    assert list(t.frame_.columns) == ["base", "+ALA", "gain", "p"]
+    # the gain paired by seed, with its 95 % interval (t with 1 df: tan(0.475 π)) and p (paired t, Holm over the rows)
+    d = [runs["fedprox+ala", s].best_acc - runs["fedprox", s].best_acc for s in (0, 1)]
+    half = np.tan(0.475 * np.pi) * np.std(d, ddof=1) / np.sqrt(2)
+    assert t.frame_.loc["FedProx", "gain"] == f"{gain:+.2f} ± {half:.2f}"
+    from scipy import stats
+
+    p = [stats.ttest_rel([runs[a, s].best_acc for s in (0, 1)], [runs[b, s].best_acc for s in (0, 1)]).pvalue
+         for a, b in (("fedala", "fedavg"), ("fedprox+ala", "fedprox"))]
+    np.testing.assert_allclose(f["p"], p)
+    lo, hi = sorted(p)  # Holm over two, by hand: the smaller doubled, the larger kept at least that
+    holm = {lo: min(1.0, 2 * lo), hi: max(min(1.0, 2 * lo), hi)}
+    np.testing.assert_allclose(f["p_holm"], [holm[v] for v in p])
+    assert "Holm-adjusted over the rows" in t.caption
 
 
 def test_cost_table_counts_the_methods_work_without_evaluation(runs):
@@ -351,15 +369,27 @@ def test_seed_table_pairs_runs_by_seed_and_reports_the_client_spread(runs):
     diffs = [runs["fedala", s].best_acc - runs["fedavg", s].best_acc for s in (0, 1)]  # same seeds
     assert t.loc["FedALA", "diff_mean"] == pytest.approx(np.mean(diffs))
     assert t.loc["FedALA", "diff_std"] == pytest.approx(np.std(diffs, ddof=1))
-    assert t.loc["FedAvg", "diff_mean"] == 0 and list(t["n_seeds"]) == [2, 2]
+    assert np.isnan(t.loc["FedAvg", "diff_mean"]) and list(t["n_seeds"]) == [2, 2]  # the reference: no pair
+    half = np.tan(0.475 * np.pi) * np.std(diffs, ddof=1) / np.sqrt(2)  # t(0.975, 1) · s / √2
+    assert (t.loc["FedALA", "diff_lo"], t.loc["FedALA", "diff_hi"]) == pytest.approx(
+        (np.mean(diffs) - half, np.mean(diffs) + half))
     run = runs["fedala", 0]
     last = run.clients[run.clients["round"] == ROUNDS]
     assert final_spread(run) == pytest.approx(np.std(last["test_acc"]))
     assert t.loc["FedALA", "spread_mean"] == pytest.approx(np.mean([final_spread(r) for r in groups["FedALA"]]))
     text = format_seed_table(t.reset_index())
-    assert list(text.columns) == ["seeds", "best acc %", "final acc %", "client spread", "paired diff of best"]
-    assert text.loc["FedALA", "paired diff of best"] == f"{np.mean(diffs):+.1f} ± {np.std(diffs, ddof=1):.1f}"
-    assert "diff_mean" not in seed_table(groups)
+    assert list(text.columns) == ["seeds", "best acc % (95 % CI)", "final acc % (95 % CI)", "client spread (95 % CI)",
+                                  "paired diff of best (95 % CI)", "p (paired t, Holm)"]
+    assert text.loc["FedALA", "paired diff of best (95 % CI)"] == f"{np.mean(diffs):+.1f} ± {half:.1f}"
+    assert text.loc["FedAvg", "paired diff of best (95 % CI)"] == "reference"
+    assert "diff_mean" in seed_table(groups)  # FedAvg's group is the reference by default
+    from fedala_lab.reproduce.paper import _verdicts
+
+    # the figures driver's findings (Table 2): each method against FedAvg in its setting, in words
+    (line,) = _verdicts([runs[a, s] for a in ("fedavg", "fedala") for s in (0, 1)], ["algo", "setting"], "best")
+    assert line.startswith(f"MNIST-mini Dir(0.1), best round: FedALA − FedAvg = {np.mean(diffs):+.2f} points, 95 % CI "
+                           f"±{half:.2f}, p = ") and "over 2 seeds (paired t)" in line
+    assert "diff_mean" not in seed_table(groups, reference=None)
     with pytest.raises(ConfigError, match="reference='nope'"):
         seed_table(groups, reference="nope")
 
@@ -380,6 +410,13 @@ def test_ablation_of_p_counts_ala_weights(runs):
     assert f["ala_weights"].iloc[1] == sum(int(np.prod(shapes[n])) for n in runs["p2", 0].meta["ala_params"])
     assert len(d.errorbars_) == 2 and len(d.cost_.patches) == 2
     assert d.ax_[1].get_yscale() == "log" and "%" in d.ax_[0].get_ylabel()
+    # error bars are the 95 % interval over seeds (t with 1 df: tan(0.475 π) · s / √2), none for p = 2's one seed
+    best = [runs["fedala", s].best_acc for s in (0, 1)]
+    half = np.tan(0.475 * np.pi) * np.std(best, ddof=1) / np.sqrt(2)
+    (bars,) = d.errorbars_[0].lines[2]
+    (lo1, hi1), (lo2, hi2) = [(seg[0][1], seg[1][1]) for seg in bars.get_segments()]
+    assert (lo1, hi1) == pytest.approx((np.mean(best) - half, np.mean(best) + half)) and lo2 == hi2
+    assert "95 % interval" in d.ax_[0].get_title()
 
 
 def test_ablation_of_s_and_its_checks(runs):
@@ -499,6 +536,8 @@ def test_figures_command_end_to_end(tmp_path, capsys, monkeypatch):
     assert table3.loc["fedavg", "up"] == 1 and table3.loc["local", "total"] == 0
     assert table3.loc["fedfomo", "down"] > 1 and table3.loc["apple", "down"] > 1  # several client models down
     assert 0 < table3.loc["fedrep", "up"] < 1  # the body only
+    assert "95 % interval of the mean over seeds" in (out / "table2_accuracy.tex").read_text().replace(r"\%", "%")
+    assert any("one seed: no interval" in f for f in index["table2"]["findings"])  # --seeds 1: no interval, said so
     table4 = pd.read_csv(out / "applicability.csv")
     assert sorted(table4["base"]) == sorted(["fedavg", "fedprox", "perfedavg", "fedrep", "pfedme", "ditto", "fedamp",
                                              "fedphp", "partialfed"])
@@ -658,3 +697,22 @@ def test_mnist_preset_every_figure_on_a_tiny_cut(tmp_path, monkeypatch):
     assert entries["fig2"]["runs_computed"] == entries["fig3"]["runs_computed"] == entries["fig5"]["runs_computed"] == 0
     assert entries["table1"]["runs_computed"] == 5  # s = 80 is the table's FedALA run
     assert len(entries["table1"]["runs_branched"]) == 6  # all from FedAvg Dir(0.1)'s round 1 (s = 80 too)
+
+
+def test_ranked_methods_draw_the_95_interval_over_seeds(runs):
+    from fedala_lab.figures import RankedAccuracyDisplay
+
+    sel = [runs[a, s] for a in ("fedavg", "fedala") for s in (0, 1)] + [runs["p2", 0]]
+    labels = ["FedAvg", "FedAvg", "FedALA", "FedALA", "FedALA p 2"]
+    d = RankedAccuracyDisplay.from_runs(sel, labels=labels)
+    rank = d.ranking_.set_index("label")
+    final = [runs["fedala", s].final_acc for s in (0, 1)]
+    half = np.tan(0.475 * np.pi) * np.std(final, ddof=1) / np.sqrt(2)  # t(0.975, 1) · s / √2
+    assert (rank.loc["FedALA", "lo"], rank.loc["FedALA", "hi"]) == pytest.approx(
+        (np.mean(final) - half, np.mean(final) + half))
+    assert np.isnan(rank.loc["FedALA p 2", "lo"])  # one seed: no interval, no line
+    texts = [t.get_text() for t in d.ax_.texts]
+    assert f"{np.mean(final):.2f} ± {half:.2f}" in texts and "95 % interval" in d.ax_.get_xlabel()
+    lines = [c.get_segments()[0] for c in d.ax_.collections if type(c).__name__ == "LineCollection"]
+    across = [seg for seg in lines if seg[0][1] == seg[1][1]]  # horizontal: the intervals (bars are vertical)
+    assert sorted(seg[0][0] for seg in across) == pytest.approx(sorted(rank.loc[["FedAvg", "FedALA"], "lo"]))

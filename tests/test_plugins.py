@@ -143,7 +143,8 @@ def test_a_sweep_with_a_failed_run_raises_and_keeps_what_finished(tmp_path):
         from fedala_lab.reproduce import save_sweep
 
         paths = save_sweep(err.result, tmp_path / "out")
-        assert [p.name for p in paths] == ["runs.partial.csv", "table.partial.csv", "table.partial.md"]
+        assert [p.name for p in paths] == ["runs.partial.csv", "table.partial.csv", "table.partial.md",
+                                           "table.partial.tex", "stats.partial.csv"]
         assert paths[2].read_text().startswith("**Incomplete: 1 run(s) failed**")
 
 
@@ -163,8 +164,9 @@ def test_the_cli_sweep_with_a_failed_run_exits_non_zero_and_writes_partial_files
     assert re.search((r"fedala-lab: error: run buggy-\S+ failed: buggy's aggregate hook raised "
                       r"RuntimeError: my bug \(buggy.py, line 6\)"), out.stderr)
     assert "INCOMPLETE: 1 run(s) failed" in out.stdout
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["runs.partial.csv", "table.partial.csv",
-                                                                     "table.partial.md"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["runs.partial.csv", "stats.partial.csv",
+                                                                     "table.partial.csv", "table.partial.md",
+                                                                     "table.partial.tex"]
     assert pd.read_csv(tmp_path / "out" / "runs.partial.csv")["algo"].tolist() == ["fedavg"]
 
 

@@ -12,7 +12,9 @@ import pandas as pd
 import pytest
 import torch
 from conftest import assert_frames_exact, assert_same_run, make_ragged_data, small_cfg
+from scipy import stats
 
+from fedala_lab.analysis.stats import METRICS
 from fedala_lab.analysis.tables import sweep_table, table_markdown
 from fedala_lab.cli import main
 from fedala_lab.config import DataConfig, parse_values
@@ -137,10 +139,27 @@ def test_local_sweep_table_resume_and_displays(local_result, tmp_path):
     assert again.computed == 0
     assert_frames_exact(sweep_table(again), table)
     md = table_markdown(sweep_table(res))
-    assert md.splitlines()[0] == "| algo | p | best acc % | final acc % | seeds |" and md.count("\n") == 5
+    assert md.splitlines()[0] == ("| algo | p | best pooled acc % | final pooled acc % | worst 10 % of clients, final "
+                                  "acc % | best − fedavg | p (best) | final − fedavg | p (final) | seeds |")
+    assert md.count("\n|") == 5 and "cannot reach 0.05 with 3 seed(s)" in md and "Holm-adjusted" in md
+    # each FedALA row against FedAvg's of the same p, paired by seed: the interval and p of the runs' own numbers
+    fedavg1 = [r.final_acc for r in res.runs_where(algo="fedavg", p=1)]
+    d = np.array([r.final_acc for r in res.runs_where(algo="fedala", p=1)]) - fedavg1
+    assert row["reference"] == "fedavg" and row["final_diff"] == pytest.approx(d.mean())
+    assert row["final_diff_hi"] - row["final_diff"] == pytest.approx(
+        stats.t.ppf(0.975, 2) * d.std(ddof=1) / np.sqrt(3))
+    assert row["final_p"] == pytest.approx(stats.ttest_rel(d, np.zeros(3)).pvalue)
+    assert row["final_p_holm"] == pytest.approx(row["final_p"])  # one comparison per p: its own family
     paths = save_sweep(res, tmp_path / "out")
-    assert [p.name for p in paths] == ["runs.csv", "table.csv", "table.md"] and all(p.is_file() for p in paths)
+    assert [p.name for p in paths] == ["runs.csv", "table.csv", "table.md", "table.tex", "stats.csv", "clients.csv"]
+    assert all(p.is_file() for p in paths) and not list((tmp_path / "out").glob(".*tmp"))
     assert len(pd.read_csv(paths[0])) == 12
+    tex = paths[3].read_text()
+    assert r"\begin{tabular}" in tex and r"$\pm$" in tex and "95 \\% interval" in tex and "Holm" in tex
+    long = pd.read_csv(paths[4])
+    assert set(long["metric"]) == set(METRICS) and len(long) == 4 * len(METRICS)
+    gains = pd.read_csv(paths[5])
+    assert list(gains["algo"]) == ["fedala", "fedala"] and (gains["pairs"] == 30).all()  # 3 seeds × 10 clients
     # feeding the displays
     t = AccuracyTable.from_runs(res.complete_runs(), plot=False)
     assert set(t.stats_["algo"]) == {"fedavg", "fedala"} and (t.stats_["n_seeds"] == 3).all()
@@ -156,6 +175,18 @@ def test_cli_sweep_writes_the_table(local_result, tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 0 and "(0 computed, 9 from the store)" in out and "| fedala | 2 |" in out
     assert (tmp_path / "o" / "table.md").read_text().count("| fedala |") == 2
+    assert (tmp_path / "o" / "table.tex").is_file() and "| final − fedavg |" in out
+    # --against: another reference; one that is not among the rows is one line and exit code 2
+    rc = main(["sweep", "--preset", "teach", "--algos", "fedavg,fedala", "--grid", "p=1,2", "--seeds", "0,1,2",
+               "--rounds", "3", "--clients", "10", "--store", str(store), "--no-progress", "--workers", "1",
+               "--against", "FedALA"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "| final − fedala |" in out and out.count("| reference |") == 4  # 2 rows: best, final
+    rc = main(["sweep", "--preset", "teach", "--algos", "fedavg,fedala", "--grid", "p=1,2", "--seeds", "0,1,2",
+               "--rounds", "3", "--clients", "10", "--store", str(store), "--no-progress", "--workers", "1",
+               "--against", "ditto"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "against='ditto' is not allowed: one of the compared algo values: fedavg, fedala" in err
 
 
 def test_process_pool_matches_sequential(local_result, tmp_path):

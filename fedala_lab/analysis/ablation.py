@@ -16,6 +16,7 @@ import pandas as pd
 
 from ..algorithms import registry
 from ..errors import ConfigError
+from . import stats as st
 from .tables import accuracy_table, runs_frame
 
 
@@ -35,12 +36,14 @@ def ala_images(run) -> int:
     return sum(window_size(int(n), run.config.s) for n in run.meta["train_sizes"])
 
 
-def ablation_frame(runs: Iterable, param: str = "p") -> pd.DataFrame:
-    """One row per value of ``param`` (sorted): best/final accuracy mean and std over seeds (%), the
-    number of seeds, the mean time of local initialisation per round (``ala_seconds``: ALA's, from
-    init_seconds), for ALA runs the images ALA passes per normal round (``ala_images``, counted: see
-    :func:`ala_images`), and for ALA's ``p`` the number of ALA weights. ``param`` is a hyper-parameter of the runs'
-    algorithm (ALA's p, s, eta, threshold…; FedProx's mu…); the runs must differ only in it and the seed."""
+def ablation_frame(runs: Iterable, param: str = "p", against=None) -> pd.DataFrame:
+    """One row per value of ``param`` (sorted): best/final accuracy over seeds (%) as :func:`accuracy_table` gives
+    it (mean, std, 95 % interval, the number of seeds), the mean time of local initialisation per round
+    (``ala_seconds``: ALA's, from init_seconds), for ALA runs the images ALA passes per normal round
+    (``ala_images``, counted: see :func:`ala_images`), and for ALA's ``p`` the number of ALA weights. ``param`` is a
+    hyper-parameter of the runs' algorithm (ALA's p, s, eta, threshold…; FedProx's mu…); the runs must differ
+    only in it and the seed. ``against``: a value of ``param`` every other value is compared with, paired by seed
+    (the ``best_diff``, ``best_p_holm`` … columns), or None."""
     runs = list(runs)
     if not runs:
         raise ConfigError("runs", [], f"at least one run per value of {param}")
@@ -53,7 +56,7 @@ def ablation_frame(runs: Iterable, param: str = "p") -> pd.DataFrame:
     df = runs_frame(runs, extra=[param])
     df["ala_seconds"] = [float(np.nanmean(r.rounds["init_seconds"].to_numpy()[1:]))
                          if len(r.rounds) > 1 else np.nan for r in runs]
-    table = accuracy_table(df, by=[param])
+    table = accuracy_table(df, by=[param], against=against)
     secs = df.groupby(param)["ala_seconds"].mean()
     table["ala_seconds"] = table[param].map(secs)
     if runs[0].config.uses_ala:  # counted, so that load cannot reorder the costs as it can the seconds
@@ -85,14 +88,17 @@ def applicability_frame(runs: Iterable, which: str = "best") -> pd.DataFrame:
     """ALA added to a method: one row per method present with an ALA counterpart (any ``X`` and ``X+ala``;
     the paper's Table 4), in the order the methods first appear.
 
-    Columns: base, with_ala (algorithm names), base_mean/base_std, ala_mean/ala_std (% over seeds),
-    gain (difference of means, percentage points), n_seeds. ``which`` = "best" or "final" round.
-    FedALA counts as FedAvg+ALA (it is the same algorithm); "fedavg+ala" is used when both exist.
+    Columns: base, with_ala (algorithm names), base_mean/base_std/base_lo/base_hi and ala_mean/ala_std/ala_lo/
+    ala_hi (% over seeds, with the 95 % interval: :mod:`.stats`), gain (the mean over seeds of the +ALA run minus
+    the base run of the same seed, percentage points) with gain_lo/gain_hi (its 95 % interval), p (paired t),
+    p_holm (Holm-adjusted over the table's rows), p_wilcoxon, and n_seeds (the seeds both have). ``which`` =
+    "best" or "final" round. FedALA counts as FedAvg+ALA (it is the same algorithm); "fedavg+ala" is used when
+    both exist.
     """
     if which not in ("best", "final"):
         raise ConfigError("which", which, "best or final")
     runs = list(runs)
-    table = accuracy_table(runs, by=("algo",)).set_index("algo")
+    frame = runs_frame(runs)
     partners: dict[str, list[str]] = {}
     for r in runs:  # each ALA run under the method it adds ALA to
         alg = r.config.algorithm
@@ -103,15 +109,20 @@ def applicability_frame(runs: Iterable, which: str = "best") -> pd.DataFrame:
     rows = []
     for base in dict.fromkeys(r.config.algo for r in runs):
         present = sorted(partners.get(base, []), key=lambda a: "+" in a)  # the explicit +ala spelling last
-        if base not in table.index or not present:
+        if not present:
             continue
         ala = present[-1]
-        b, a = table.loc[base], table.loc[ala]
+        long = st.seed_stats(frame[frame["algo"].isin([base, ala])], ["algo"], against=base, metrics=[which])
+        b, a = (long[long["algo"] == name].iloc[0] for name in (base, ala))
         rows.append({"base": base, "with_ala": ala,
-                     "base_mean": b[f"{which}_mean"], "base_std": b[f"{which}_std"],
-                     "ala_mean": a[f"{which}_mean"], "ala_std": a[f"{which}_std"],
-                     "gain": a[f"{which}_mean"] - b[f"{which}_mean"],
-                     "n_seeds": int(min(a["n_seeds"], b["n_seeds"]))})
+                     **{f"base_{k}": b[c] for k, c in _COLS.items()}, **{f"ala_{k}": a[c] for k, c in _COLS.items()},
+                     "gain": a["diff_mean"], "gain_lo": a["diff_ci_lo"], "gain_hi": a["diff_ci_hi"], "p": a["p_t"],
+                     "p_wilcoxon": a["p_wilcoxon"], "n_seeds": int(a["diff_n"])})
     if not rows:
-        raise ConfigError("runs", sorted(table.index), "a method and its +ala run (e.g. fedavg and fedala)")
-    return pd.DataFrame(rows)
+        raise ConfigError("runs", sorted(frame["algo"].unique()), "a method and its +ala run (e.g. fedavg and fedala)")
+    out = pd.DataFrame(rows)
+    out.insert(out.columns.get_loc("p_wilcoxon"), "p_holm", st.holm(out["p"]))
+    return out
+
+
+_COLS = {"mean": "mean", "std": "std", "lo": "ci_lo", "hi": "ci_hi"}  # applicability_frame's names of seed_stats'

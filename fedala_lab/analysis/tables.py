@@ -1,4 +1,5 @@
-"""Accuracy tables over seeds (the paper's Tables 2 and 7: mean ± std of 5 runs).
+"""Accuracy tables over seeds (the paper's Tables 2 and 7: mean ± std of 5 runs), with the statistics of
+:mod:`.stats`: 95 % intervals over seeds and paired tests against a reference (docs/comparing.md).
 
 The paper reports the BEST round's pooled accuracy; users question that (it flatters methods that
 overfit), so every table carries both the best and the final round.
@@ -12,7 +13,8 @@ import numpy as np
 import pandas as pd
 
 from ..config import POOL_PREFIX
-from ..record.run import Run, run_row, trajectory
+from ..record.run import Run, run_row
+from . import stats as st
 
 
 def runs_frame(runs: Iterable[Run], extra: Iterable[str] = ()) -> pd.DataFrame:
@@ -20,28 +22,24 @@ def runs_frame(runs: Iterable[Run], extra: Iterable[str] = ()) -> pd.DataFrame:
     return pd.DataFrame([run_row(r, extra) for r in runs])
 
 
-def accuracy_table(runs: Iterable[Run] | pd.DataFrame, by: Iterable[str] = ("algo",)) -> pd.DataFrame:
-    """Mean and std over seeds of best- and final-round pooled accuracy (%), one row per group.
+def accuracy_table(runs: Iterable[Run] | pd.DataFrame, by: Iterable[str] = ("algo",), *, against=st.AUTO,
+                   metrics: Iterable[str] = st.ACCURACY) -> pd.DataFrame:
+    """Best- and final-round pooled accuracy (%) over seeds, one row per group (:func:`.stats.seed_stats` made
+    wide: :func:`.stats.wide`).
 
-    ``runs`` may be Run objects or a frame from :func:`runs_frame`. ``by`` names the columns that define
-    a row (default: the algorithm); any config field can be used, e.g. ``by=("algo", "p")``. The std is
-    the sample std (ddof=1) as numpy/pandas report for 5 runs; it is NaN for a single seed. ``identical``:
-    the group's seeds all gave the same run (every recorded number equal, :func:`~fedala_lab.record.run.trajectory`),
-    so its std says nothing about seeds — e.g. your own model's weights, your own data and ρ = 1 leave a seed
-    nothing to draw.
-    """
-    by = list(by)
-    df = runs if isinstance(runs, pd.DataFrame) else runs_frame(runs, by)
-    if df.empty:
-        return pd.DataFrame(columns=[*by, "best_mean", "best_std", "final_mean", "final_std", "n_seeds",
-                                     "identical"])
-    g = df.groupby(by, sort=False, dropna=False)
-    out = g.agg(best_mean=("best_acc", "mean"), best_std=("best_acc", "std"),
-                final_mean=("final_acc", "mean"), final_std=("final_acc", "std"),
-                n_seeds=("seed", "nunique")).reset_index()
-    same = g["trajectory"].nunique() if "trajectory" in df else None
-    out["identical"] = (out["n_seeds"] > 1) & (same.to_numpy() == 1) if same is not None else False
-    return out
+    ``runs`` may be Run objects or a frame from :func:`runs_frame` (or a sweep's). ``by`` names the columns that
+    define a row (default: the algorithm); any config field can be used, e.g. ``by=("algo", "p")``. Columns: the
+    ``by`` columns, ``n_seeds``, ``identical`` (the group's seeds all gave the same run: every recorded number
+    equal, :func:`~fedala_lab.record.run.trajectory` — e.g. your own model's weights, your own data and ρ = 1
+    leave a seed nothing to draw —, so no interval), ``ci_method``, then per metric ``{m}_mean``, ``{m}_std``
+    (sample std, ddof 1; NaN for one seed), ``{m}_lo`` and ``{m}_hi`` (the 95 % interval) and, against a
+    reference (``against``: default FedAvg where the rows have an ``algo`` column and FedAvg is one of them; None
+    for none), ``reference`` with ``{m}_diff``, ``{m}_diff_std``, ``{m}_diff_lo``, ``{m}_diff_hi``, ``{m}_p``
+    (paired t), ``{m}_p_holm`` and ``{m}_p_wilcoxon``. ``metrics``: :data:`.stats.METRICS` names (default: best
+    and final; the fairness numbers need Run objects or their columns)."""
+    by, metrics = list(by), list(metrics)
+    df = runs if isinstance(runs, pd.DataFrame) else st.metrics_frame(runs, by)
+    return st.wide(st.seed_stats(df, by, against=against, metrics=metrics), by, metrics)
 
 
 def cost_table(runs: Iterable[Run]) -> pd.DataFrame:
@@ -93,78 +91,127 @@ def format_mean_std(mean: float, std: float, digits: int = 2) -> str:
     return f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
+def ci_cell(row, key: str, digits: int = 2, sign: bool = False) -> str:
+    """A table's cell of ``{key}_mean`` (or ``{key}``) with its 95 % interval ``{key}_lo``/``{key}_hi``
+    (:func:`.stats.format_ci`: "95.24 ± 0.83", "95.24 [94.10, 96.02]" for a bootstrap one), "(identical runs)"
+    after a mean whose seeds all gave the same run."""
+    mean = row.get(f"{key}_mean", row.get(key, np.nan))
+    text = st.format_ci(mean, row.get(f"{key}_lo", np.nan), row.get(f"{key}_hi", np.nan), digits, sign)
+    return text + " (identical runs)" if bool(row.get("identical", False)) and text != "—" else text
+
+
 def final_spread(run: Run) -> float:
     """The spread between clients in the last evaluated round: the std of their test accuracies (points)."""
     r = run.rounds.dropna(subset=["acc"])
     return float(r["acc_std"].iloc[-1]) if len(r) else float("nan")
 
 
-def seed_table(groups: Mapping[str, Iterable[Run]], reference: str | None = None) -> pd.DataFrame:
-    """Labelled groups of runs that differ only in their seed, one row each: best and final pooled accuracy
-    (%) and the final round's spread between clients (:func:`final_spread`, points), mean and sample std
-    over seeds; with ``reference`` (a label) also ``diff``: each run's best accuracy minus that of the
-    reference group's run of the same seed (paired), mean and std over the seeds both groups have.
+# seed_table's names for the columns of the wide frame (the paired difference there is of the best round's)
+_SEED_COLUMNS = {**{f"final_client_std_{k}": f"spread_{k}" for k in ("mean", "std", "lo", "hi")},
+                 "best_diff": "diff_mean", "best_diff_std": "diff_std", "best_diff_lo": "diff_lo",
+                 "best_diff_hi": "diff_hi", "best_p": "diff_p", "best_p_holm": "diff_p_holm",
+                 "best_p_wilcoxon": "diff_p_wilcoxon"}
 
-    Columns: label, n_seeds, identical (every seed gave the same run: see :func:`accuracy_table`), best_mean,
-    best_std, final_mean, final_std, spread_mean, spread_std and, with a reference, diff_mean, diff_std. :func:`format_seed_table` writes them as "mean ± std".
-    """
-    if reference is not None and reference not in groups:
+
+def seed_table(groups: Mapping[str, Iterable[Run]], reference=st.AUTO) -> pd.DataFrame:
+    """Labelled groups of runs that differ only in their seed, one row each (:func:`.stats.seed_stats`): best
+    and final pooled accuracy (%) and the final round's spread between clients (the std of their accuracies,
+    points: :func:`final_spread`), mean, sample std and 95 % interval over seeds; against ``reference`` (a label;
+    default: the group of FedAvg runs when there is exactly one; None: none) each run paired with the reference's
+    run of the same seed.
+
+    Columns: label, n_seeds, identical (every seed gave the same run: see :func:`accuracy_table`), ci_method,
+    ``best_``/``final_``/``spread_`` ``mean``, ``std``, ``lo``, ``hi`` and, against a reference, ``reference``,
+    ``diff_mean``, ``diff_std``, ``diff_lo``, ``diff_hi``, ``diff_p`` (paired t), ``diff_p_holm``,
+    ``diff_p_wilcoxon`` (the best round's paired difference) and the final round's ``final_diff``,
+    ``final_diff_lo``, ``final_diff_hi``, ``final_p``, ``final_p_holm`` … . :func:`format_seed_table` writes them
+    for reading; :func:`.stats.verdicts` says them in words."""
+    if reference not in (None, st.AUTO) and reference not in groups:
         from ..errors import ConfigError
 
         raise ConfigError("reference", reference, "one of the labels " + ", ".join(map(str, groups)))
-    best = {label: {r.config.seed: r.best_acc for r in runs} for label, runs in groups.items()}
-    rows = []
-    for label, runs in groups.items():
-        runs = list(runs)
-        row = {"label": label, "n_seeds": len({r.config.seed for r in runs}),
-               "identical": len(runs) > 1 and len({trajectory(r) for r in runs}) == 1}
-        for name, values in (("best", [r.best_acc for r in runs]), ("final", [r.final_acc for r in runs]),
-                             ("spread", [final_spread(r) for r in runs])):
-            row[f"{name}_mean"], row[f"{name}_std"] = _mean_std(values)
-        if reference is not None:
-            ref = best[reference]
-            row["diff_mean"], row["diff_std"] = _mean_std([v - ref[s] for s, v in best[label].items() if s in ref])
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def _mean_std(values) -> tuple[float, float]:
-    a = np.asarray(list(values), dtype=float)
-    if not len(a):
-        return float("nan"), float("nan")
-    return float(a.mean()), float(a.std(ddof=1)) if len(a) > 1 else float("nan")
+    long = st.seed_stats(st.groups_frame(groups), ("label",), against=reference,
+                         metrics=("best", "final", "final_client_std"))
+    table = st.wide(long, ["label"])
+    table = table.drop(columns=[c for c in table if c.startswith("final_client_std_") and "diff" in c
+                                or c.startswith("final_client_std_p")])
+    return table.rename(columns=_SEED_COLUMNS)
 
 
 def format_seed_table(table: pd.DataFrame, digits: int = 1) -> pd.DataFrame:
-    """A :func:`seed_table` for reading: one "mean ± std" text per statistic, indexed by label."""
+    """A :func:`seed_table` for reading, indexed by label: the seeds, then "mean ± half-width of the 95 %
+    interval" (:func:`ci_cell`) per statistic, the paired difference and its p (paired t, Holm-adjusted where
+    several groups are compared with the reference)."""
     same = table["identical"] if "identical" in table else [False] * len(table)
     out = {"seeds": [f"{n}, identical runs" if i else n for n, i in zip(table["n_seeds"], same)]}
-    names = {"best": "best acc %", "final": "final acc %", "spread": "client spread",
-             "diff": "paired diff of best"}
-    for k, title in names.items():
+    rows = table.to_dict("records")
+    for k, title in {"best": "best acc %", "final": "final acc %", "spread": "client spread"}.items():
         if f"{k}_mean" in table:
-            cells = [format_mean_std(m, s, digits) for m, s in zip(table[f"{k}_mean"], table[f"{k}_std"])]
-            out[title] = [c if k != "diff" or c.startswith("-") else "+" + c for c in cells]
+            out[f"{title} (95 % CI)"] = [ci_cell(r, k, digits) for r in rows]
+    if "diff_mean" in table:
+        out[SEED_DIFF] = [_diff_cell(r, "diff", r["label"], table, digits) for r in rows]
+        out[SEED_P] = [st.format_p(r["diff_p_holm"]) for r in rows]
     return pd.DataFrame(out, index=pd.Index(table["label"], name=None))
 
 
-def sweep_table(result, by: Iterable[str] | None = None) -> pd.DataFrame:
-    """A sweep's :func:`accuracy_table`: mean ± std over seeds per row of ``by`` (default: the spec's
-    ``table_by()``) of its completed grid points, and a ``status`` per row: "complete", or which of its seeds
-    diverged ("diverged", "diverged in 1 of 3 seeds"). A row whose seeds all diverged stays in the table,
+SEED_DIFF = "paired diff of best (95 % CI)"  # format_seed_table's columns of the comparison
+SEED_P = "p (paired t, Holm)"
+
+
+def _reference_of(table: pd.DataFrame):
+    refs = table["reference"].dropna() if "reference" in table else []
+    return refs.iloc[0] if len(refs) else None
+
+
+def _diff_cell(row, key: str, value, table: pd.DataFrame, digits: int) -> str:
+    """A row's paired difference with its interval; "reference" in the reference's own row ("—": no partner)."""
+    if pd.notna(row.get("reference")):
+        return ci_cell(row, key, digits, sign=True)
+    return "reference" if value == _reference_of(table) else "—"
+
+
+def sweep_stats(result, by: Iterable[str] | None = None, *, against=st.AUTO,
+                metrics: Iterable[str] = st.METRICS) -> pd.DataFrame:
+    """A sweep's :func:`.stats.seed_stats` (long: one row per group and metric) over its completed grid points,
+    rows ``by`` (default: the spec's ``table_by()``); ``metrics``: every pooled and per-client number by default.
+    ``result``: a :class:`~fedala_lab.experiments.sweeps.SweepResult`."""
+    frame, by = _completed(result), list(by or result.spec.table_by())
+    return st.seed_stats(frame, by, against=against, metrics=list(metrics))
+
+
+def sweep_gains(result, by: Iterable[str] | None = None, *, against=st.AUTO, kind: str = "final") -> pd.DataFrame:
+    """A sweep's per-client gains over the reference (:func:`.stats.gain_table`), rows ``by``."""
+    return st.gain_table(_completed(result), list(by or result.spec.table_by()), against=against, kind=kind)
+
+
+def _completed(result) -> pd.DataFrame:
+    """The sweep's completed grid points with the per-client numbers and the Run (column ``run``)."""
+    ok = (result.frame["status"] == "complete").to_numpy() if len(result.frame) else np.array([], dtype=bool)
+    return st.with_fairness(result.frame[ok], [r for r, keep in zip(result.runs, ok) if keep])
+
+
+# the sweep table's statistics: pooled accuracy, best and final, and the worst 10 % of clients at the end
+SWEEP_METRICS = ("best", "final", "final_worst10")
+
+
+def sweep_table(result, by: Iterable[str] | None = None, *, against=st.AUTO) -> pd.DataFrame:
+    """A sweep's :func:`accuracy_table` (:data:`SWEEP_METRICS`: 95 % intervals, paired tests against
+    ``against``, default FedAvg when the rows are algorithms and FedAvg is one) per row of ``by`` (default: the
+    spec's ``table_by()``) of its completed grid points, and a ``status`` per row: "complete", or which of its
+    seeds diverged ("diverged", "diverged in 1 of 3 seeds"). A row whose seeds all diverged stays in the table,
     without accuracies (NaN) and with ``n_seeds`` 0: a diverged setting is a result, never dropped.
 
     ``result``: a :class:`~fedala_lab.experiments.sweeps.SweepResult`.
     """
     frame, by = result.frame, list(by or result.spec.table_by())
+    table = st.wide(sweep_stats(result, by, against=against, metrics=SWEEP_METRICS), by, SWEEP_METRICS)
     if not len(frame):
-        return accuracy_table(frame, by=by).assign(status=pd.Series(dtype=object))
-    table = accuracy_table(frame[frame["status"] == "complete"], by=by)
+        return table.assign(status=pd.Series(dtype=object))
     status = frame.groupby(by, sort=False, dropna=False)["status"].agg(_group_status).reset_index()
     table = status.merge(table, on=by, how="left")  # every group, in the grid's order
     table["n_seeds"] = table["n_seeds"].fillna(0).astype(int)
     table["identical"] = table["identical"].astype("boolean").fillna(False).astype(bool)
-    return table[[*by, "best_mean", "best_std", "final_mean", "final_std", "n_seeds", "identical", "status"]]
+    return table[[c for c in table if c != "status"] + ["status"]]
 
 
 def _group_status(statuses: pd.Series) -> str:
@@ -174,29 +221,66 @@ def _group_status(statuses: pd.Series) -> str:
     return "diverged" if bad == len(statuses) else f"diverged in {bad} of {len(statuses)} seeds"
 
 
-def table_markdown(table: pd.DataFrame, by: Iterable[str] | None = None, digits: int = 2) -> str:
-    """An :func:`accuracy_table` as GitHub Markdown: its ``by`` columns (default: those before the
-    statistics), best and final accuracy as mean ± std (std left out for one seed, "—" without a run), the
-    seeds ("3, identical runs" when the seeds changed nothing, with a note under the table), and a sweep
-    table's ``status`` when a row is not complete."""
-    by = list(by) if by is not None else list(table.columns[: list(table.columns).index("best_mean")])
-    status = "status" in table and bool((table["status"] != "complete").any())
-    head = [*by, "best acc %", "final acc %", "seeds"] + (["status"] if status else [])
-    lines = ["| " + " | ".join(head) + " |",
-             "|" + "|".join(["---"] * len(by) + ["---:"] * 3 + (["---"] if status else [])) + "|"]
-    identical = table["identical"].fillna(False).astype(bool) if "identical" in table else \
-        pd.Series(False, index=table.index)
-    for i, r in table.iterrows():
-        seeds = f"{int(r['n_seeds'])}" + (", identical runs" if identical[i] else "")
-        cells = [str(r[b]) for b in by] + [format_mean_std(r["best_mean"], r["best_std"], digits),
-                                           format_mean_std(r["final_mean"], r["final_std"], digits),
-                                           seeds] + ([str(r["status"])] if status else [])
-        lines.append("| " + " | ".join(cells) + " |")
-    if identical.any():
-        lines += ["", ("identical runs: every seed gave the same run, so ± says nothing about seeds (nothing the "
-                  "config draws depends on the seed: e.g. your own model's weights, your own data, ρ = 1, no "
-                  "shuffling).")]
-    return "\n".join(lines)
+def table_cells(table: pd.DataFrame, by: Iterable[str] | None = None, digits: int = 2,
+                labels: Mapping | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """An :func:`accuracy_table` (or :func:`sweep_table`) as text cells, with the notes that say what they mean:
+    its ``by`` columns (default: those before ``n_seeds``), each metric's mean with its 95 % interval
+    (:func:`ci_cell`), against a reference the paired difference of the best and of the final round with their p
+    (paired t, Holm-adjusted over the rows compared), the seeds, a sweep table's ``status`` when a row is not
+    complete. ``labels`` maps the ``by`` values to names (e.g. an algorithm's). Returns (cells, notes)."""
+    cols = list(table.columns)
+    by = list(by) if by is not None else cols[: cols.index("n_seeds")]
+    rows = table.to_dict("records")
+    metrics = [m for m in st.METRICS if f"{m}_mean" in table]
+    name = (lambda v: str((labels or {}).get(v, v)))
+    out = {b: [name(r[b]) for r in rows] for b in by}
+    for m in metrics:
+        out[st.TITLES[m]] = [ci_cell(r, m, digits) for r in rows]
+    ref = _reference_of(table)
+    compared = ref is not None and any(f"{m}_diff" in table for m in metrics)
+    for m in ("best", "final") if compared else ():
+        if f"{m}_diff" in table:
+            versus = "label" if "label" in by else "algo" if "algo" in by else by[0]
+            out[f"{m} − {name(ref)}"] = [_diff_cell(r, f"{m}_diff", r.get(versus), table, digits) for r in rows]
+            out[f"p ({m})"] = [st.format_p(r.get(f"{m}_p_holm")) for r in rows]
+    identical = [bool(r.get("identical")) for r in rows]
+    out["seeds"] = [f"{int(r['n_seeds'])}" + (", identical runs" if i else "") for r, i in zip(rows, identical)]
+    if "status" in table and bool((table["status"] != "complete").any()):
+        out["status"] = [str(r["status"]) for r in rows]
+    return pd.DataFrame(out), _notes(table, ref, name, identical, compared)
+
+
+def _notes(table: pd.DataFrame, ref, name, identical: list[bool], compared: bool) -> list[str]:
+    """What a rendered table's numbers mean (:func:`table_cells`)."""
+    notes = [st.CI_NOTE]
+    if compared:
+        n = table["n_seeds"][table["n_seeds"] > 0]
+        least = int(n.min()) if len(n) else 0
+        notes.append(f"{name(ref)} is the reference: each row's runs minus {name(ref)}'s run of the same seed "
+                     "(paired), with a paired t test; p is Holm-adjusted over the rows compared with it (per "
+                     "metric and setting). Where the interval holds 0 or p ≥ 0.05, the gap could be noise.")
+        if 0 < least < st.WILCOXON_FROM:
+            notes.append(f"Wilcoxon's signed-rank test (in the .csv) cannot reach 0.05 with {least} seed(s): its "
+                         f"smallest two-sided p is 2/2^{least} = {st.wilcoxon_min_p(least):.3g}.")
+    if any(identical):
+        notes.append("identical runs: every seed gave the same run, so there is no interval over seeds (nothing "
+                     "the config draws depends on the seed: e.g. your own model's weights, your own data, ρ = 1, no "
+                     "shuffling).")
+    return notes
+
+
+def table_markdown(table: pd.DataFrame, by: Iterable[str] | None = None, digits: int = 2,
+                   labels: Mapping | None = None) -> str:
+    """An :func:`accuracy_table` as GitHub Markdown (:func:`table_cells`), its notes under it."""
+    cells, notes = table_cells(table, by, digits, labels)
+    return frame_to_markdown(cells, index=False) + "\n" + "\n\n".join(notes)
+
+
+def table_latex(table: pd.DataFrame, by: Iterable[str] | None = None, digits: int = 2,
+                labels: Mapping | None = None, caption: str = "", label: str | None = None) -> str:
+    """An :func:`accuracy_table` as a booktabs LaTeX table (:func:`table_cells`), its notes in the caption."""
+    cells, notes = table_cells(table, by, digits, labels)
+    return frame_to_latex(cells, index=False, caption=" ".join([caption, *notes]).strip(), label=label)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -256,7 +340,8 @@ def layout_table(stats: pd.DataFrame, rows: str = "algo", columns: str = "settin
     """Pivot an :func:`accuracy_table` frame into the paper's layout: one row per method, one column per
     setting (``which="best"`` or ``"final"``), or two per setting (``"both"``: "best" and "final").
 
-    Cells are "mean ± std" strings (see :func:`format_mean_std`); a missing combination is "–".
+    Cells are the mean with its 95 % interval over seeds (:func:`ci_cell`: "95.24 ± 0.83"); a missing
+    combination is "–".
     """
     if which not in ("best", "final", "both"):
         from ..errors import ConfigError
@@ -268,7 +353,7 @@ def layout_table(stats: pd.DataFrame, rows: str = "algo", columns: str = "settin
     cells = {}
     for _, r in stats.iterrows():
         for k in kinds:
-            cells[(r[rows], r[columns], k)] = format_mean_std(r[f"{k}_mean"], r[f"{k}_std"], digits)
+            cells[(r[rows], r[columns], k)] = ci_cell(r, k, digits)
     out = {}
     for c in col_vals:
         for k in kinds:
@@ -296,9 +381,15 @@ _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$",
                   "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
 
 
+# symbols a table's text uses, as LaTeX writes them without a Unicode input encoding
+_LATEX_SYMBOLS = str.maketrans({"±": r"$\pm$", "–": "--", "—": "---", "−": "$-$", "≥": r"$\geq$", "≤": r"$\leq$",
+                                "ρ": r"$\rho$", "μ": r"$\mu$", "η": r"$\eta$", "β": r"$\beta$", "τ": r"$\tau$",
+                                "φ": r"$\varphi$", "Σ": r"$\Sigma$", "×": r"$\times$"})
+
+
 def _latex_escape(text) -> str:
     s = "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
-    return s.replace("±", r"$\pm$").replace("–", "--")
+    return s.translate(_LATEX_SYMBOLS)
 
 
 def frame_to_latex(frame: pd.DataFrame, index: bool = True, caption: str | None = None,

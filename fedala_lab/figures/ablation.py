@@ -3,7 +3,8 @@
     >>> AblationDisplay.from_runs(runs, param="s")   # accuracy vs s; ALA seconds per round vs s
     >>> AblationDisplay.from_runs(runs, param="p")   # accuracy vs p; number of ALA weights vs p
 
-Left panel: best-round and final-round accuracy (mean over seeds, error bars = std). Right panel: the
+Left panel: best-round and final-round accuracy (mean over seeds, error bars = the 95 % interval of the mean,
+:mod:`~fedala_lab.analysis.stats`; none for one seed). Right panel: the
 cost of the setting — the number of ALA weights for p (log scale; Table 6), for s the images ALA passes per
 round (counted) beside the time it took (timed: a loaded machine can reorder times, never counts).
 """
@@ -15,7 +16,7 @@ import pandas as pd
 
 from ..analysis.ablation import ablation_frame
 from ..errors import ConfigError
-from .base import Display, panel_axes
+from .base import Display, ci_yerr, panel_axes
 
 _PARAM_LABEL = {"p": "p (top blocks with ALA weights)", "s": "s (% of local data used to learn W)",
                 "eta": "η (ALA weight learning rate)", "threshold": "start-phase threshold"}
@@ -42,8 +43,7 @@ class AblationDisplay(Display):
         a0, a1 = axes
         self.errorbars_ = []
         for kind, colour, marker in (("best", "tab:blue", "o"), ("final", "tab:gray", "s")):
-            std = df[f"{kind}_std"].to_numpy(dtype=float)
-            eb = a0.errorbar(x, df[f"{kind}_mean"], yerr=np.nan_to_num(std), fmt=f"-{marker}", ms=4,
+            eb = a0.errorbar(x, df[f"{kind}_mean"], yerr=ci_yerr(df, kind), fmt=f"-{marker}", ms=4,
                              capsize=3, color=colour, label=f"{kind} round")
             self.errorbars_.append(eb)
         if self.param == "s":
@@ -53,8 +53,8 @@ class AblationDisplay(Display):
         a0.set_xlabel(_PARAM_LABEL.get(self.param, self.param))
         a0.set_ylabel("test accuracy (%)")
         n = df["n_seeds"]
-        a0.set_title(f"Accuracy, mean ± std over {int(n.min())}" + ("" if n.min() == n.max() else f"–{int(n.max())}")
-                     + " seed(s)", fontsize=10)
+        a0.set_title(f"Accuracy, mean and 95 % interval over {int(n.min())}"
+                     + ("" if n.min() == n.max() else f"–{int(n.max())}") + " seed(s)", fontsize=10)
         a0.grid(True, alpha=0.3)
         a0.legend(frameon=False, fontsize=8)
 

@@ -49,6 +49,14 @@ def panel_axes(ax, n: int, figsize, *, width_ratios=None, split: bool = True, er
     return axes[0].figure, axes
 
 
+def ci_yerr(frame, key: str) -> np.ndarray:
+    """Error bars of ``{key}_mean`` that are its 95 % interval (``{key}_lo``, ``{key}_hi``): a (2, n) array of the
+    distances below and above, 0 where there is no interval (one seed, identical runs)."""
+    mean = frame[f"{key}_mean"].to_numpy(dtype=float)
+    lo, hi = (frame[f"{key}_{s}"].to_numpy(dtype=float) for s in ("lo", "hi"))
+    return np.nan_to_num(np.vstack([mean - lo, hi - mean]))
+
+
 class Display:
     """Base class: ``savefig`` writes the drawn figure (PNG and/or PDF by suffix); every subclass's ``plot``
     draws under the one theme of :mod:`.style`."""

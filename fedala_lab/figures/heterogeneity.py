@@ -2,8 +2,8 @@
 
     >>> HeterogeneityDisplay.from_runs({"IID": runs_iid, "Dir(0.1)": runs_dir, "pathological": runs_pat})
 
-Left: the best pooled test accuracy per split, mean ± std over seeds (every seed drawn as a dot). Right:
-the spread between clients (the std of their test accuracies in the last round), mean ± std. Computed by
+Left: the best pooled test accuracy per split, mean over seeds with its 95 % interval (every seed drawn as a
+dot). Right: the spread between clients (the std of their test accuracies in the last round), likewise. Computed by
 :func:`~fedala_lab.analysis.tables.seed_table`; the splits are drawn in the order given.
 """
 
@@ -12,11 +12,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..analysis.tables import final_spread, seed_table
-from .base import Display, panel_axes
+from .base import Display, ci_yerr, panel_axes
 
 
 class HeterogeneityDisplay(Display):
-    """``frame_``: :func:`seed_table` of the groups (label, n_seeds, best/final/spread mean and std);
+    """``frame_``: :func:`seed_table` of the groups (label, n_seeds, best/final/spread mean, std and interval);
     ``points_``: {label: (best accuracies %, spreads)} of the single runs."""
 
     def __init__(self, frame, points, *, title: str | None = None):
@@ -38,13 +38,14 @@ class HeterogeneityDisplay(Display):
         x = np.arange(len(f))
         for a, (key, ylabel) in zip(axes, (("best", "best pooled test accuracy (%)"),
                                           ("spread", "spread between clients (points)"))):
-            a.bar(x, f[f"{key}_mean"], yerr=np.nan_to_num(f[f"{key}_std"]), color="0.75", edgecolor="black",
-                  capsize=4, width=0.6, label="mean ± std over seeds")
+            yerr = ci_yerr(f, key)
+            a.bar(x, f[f"{key}_mean"], yerr=yerr, color="0.75", edgecolor="black",
+                  capsize=4, width=0.6, label="mean and 95 % interval over seeds")
             for i, label in enumerate(f["label"]):
                 vals = self.points_[label][0 if key == "best" else 1]
                 a.scatter(np.full(len(vals), i), vals, s=14, color="black", zorder=3,
                           label="one seed" if i == 0 else None)
-                top = max(f[f"{key}_mean"].iloc[i] + np.nan_to_num(f[f"{key}_std"].iloc[i]), max(vals, default=0))
+                top = max(f[f"{key}_mean"].iloc[i] + yerr[1, i], max(vals, default=0))
                 a.annotate(f"{f[f'{key}_mean'].iloc[i]:.1f}", (i, top), ha="center",  # above the error bar
                            va="bottom", xytext=(0, 4), textcoords="offset points", fontsize=8)
             a.set_xticks(x, f["label"])

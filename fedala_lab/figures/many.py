@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..analysis import stats
 from ..analysis.curves import ROUND_METRICS, accuracy_curves, unique_labels
 from .base import Display, new_axes
 from .style import colour_for, styled_groups
@@ -34,7 +35,8 @@ def ranked_frame(runs, labels=None, metric: str = "final_acc") -> pd.DataFrame:
 
 class RankedAccuracyDisplay(Display):
     """One row per label, ranked by the mean of its runs' values (best on top): every run a dot, the mean a
-    vertical bar with its value written beside it, the std over seeds as a line when there are several."""
+    vertical bar with its value written beside it, the 95 % interval of the mean over seeds as a line when there
+    is one (:mod:`~fedala_lab.analysis.stats`)."""
 
     def __init__(self, frame: pd.DataFrame, *, metric: str = "final_acc", title: str | None = None):
         self.frame_ = frame
@@ -48,9 +50,12 @@ class RankedAccuracyDisplay(Display):
 
     @property
     def ranking_(self) -> pd.DataFrame:
-        """label, algo, n, mean, std (over the runs of a label), best first."""
+        """label, algo, n, mean, std, lo and hi (the 95 % interval: :func:`~fedala_lab.analysis.stats.interval`)
+        over the runs of a label, best first."""
         g = self.frame_.groupby("label", sort=False)
         out = g.agg(algo=("algo", "first"), n=("value", "size"), mean=("value", "mean"), std=("value", "std"))
+        ci = {lab: stats.interval(v) for lab, v in g["value"]}
+        out["lo"], out["hi"] = [ci[lab]["ci_lo"] for lab in out.index], [ci[lab]["ci_hi"] for lab in out.index]
         return out.sort_values("mean", ascending=False, kind="stable").reset_index()
 
     def plot(self, ax=None):
@@ -62,10 +67,10 @@ class RankedAccuracyDisplay(Display):
             colour = colour_for(r.algo)
             vals = self.frame_.loc[self.frame_["label"] == r.label, "value"]
             ax.scatter(vals, np.full(len(vals), yi), s=16, color=colour, alpha=0.6, zorder=3)
-            if r.n > 1:
-                ax.hlines(yi, r.mean - r.std, r.mean + r.std, color=colour, lw=1.2, zorder=2)
+            if np.isfinite(r.lo):
+                ax.hlines(yi, r.lo, r.hi, color=colour, lw=1.2, zorder=2)
             ax.vlines(r.mean, yi - 0.3, yi + 0.3, color=colour, lw=2.4, zorder=4)
-            ax.annotate(f"{r.mean:.2f}" + (f" ± {r.std:.2f}" if r.n > 1 else ""), (vals.max(), yi),
+            ax.annotate(stats.format_ci(r.mean, r.lo, r.hi), (vals.max(), yi),
                         xytext=(6, 0), textcoords="offset points", va="center", fontsize=8)
         ax.set_yticks(y, rank["label"])
         ax.set_ylim(-0.7, len(rank) - 0.3)
@@ -73,7 +78,7 @@ class RankedAccuracyDisplay(Display):
         n = int(rank["n"].max()) if len(rank) else 0
         what = "final" if self.metric == "final_acc" else "best"
         ax.set_xlabel(f"{what} test accuracy (%), pooled over clients"
-                      + (f"; dots: {n} seeds, bar: their mean, line: ± std" if n > 1 else "; one seed"))
+                      + (f"; dots: {n} seeds, bar: their mean, line: its 95 % interval" if n > 1 else "; one seed"))
         ax.grid(True, axis="x")
         ax.set_title(self.title or f"Methods ranked by {what} accuracy")
         return self._drawn(fig, ax)

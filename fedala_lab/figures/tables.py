@@ -1,25 +1,27 @@
 """Accuracy tables in the paper's layout (Tables 2 and 7), as a DataFrame, Markdown, LaTeX or a figure.
 
     >>> t = AccuracyTable.from_runs(runs)                  # rows: methods; columns: settings (best, final)
-    >>> t.frame_                                           # "mean ± std" strings (%)
-    >>> t.stats_                                           # the numbers behind them
+    >>> t.frame_                                           # "mean ± 95 % interval" strings (%)
+    >>> t.stats_                                           # the numbers behind them (std, p-values too)
     >>> print(t.to_markdown()); print(t.to_latex())
     >>> AccuracyTable.from_applicability(runs)             # ALA added to each method (Table 4), with the gain
     >>> AccuracyTable.from_costs(runs)                     # seconds and models sent per round (Table 3)
 
 The paper reports the best round's pooled accuracy, mean ± std over 5 runs; we show the final round's
-too (``which="both"``), since the best round flatters methods that overfit (docs/design.md#federated-loop).
+too (``which="both"``), since the best round flatters methods that overfit (docs/design.md#federated-loop), and
+± is the 95 % interval of the mean over seeds (docs/comparing.md), as every caption says.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
+from ..analysis import stats as st
 from ..analysis.ablation import applicability_frame
 from ..analysis.tables import (
     accuracy_table,
+    ci_cell,
     cost_table,
-    format_mean_std,
     frame_to_latex,
     frame_to_markdown,
     layout_table,
@@ -44,7 +46,9 @@ class AccuracyTable(Display):
     def from_runs(cls, runs, by=("algo",), *, which: str = "both", digits: int = 2, title: str | None = None,
                   ax=None, plot: bool = True):
         """Group ``runs`` by ``by`` (+ their data setting) and lay them out: rows = the ``by`` values
-        (method names), columns = settings (dataset and partition), cells = mean ± std over seeds."""
+        (method names), columns = settings (dataset and partition), cells = mean ± the 95 % interval over seeds.
+        ``stats_`` holds the numbers, and each method against FedAvg in its setting, paired by seed (the
+        ``best_diff``, ``best_p_holm`` … columns of :func:`~fedala_lab.analysis.tables.accuracy_table`)."""
         runs = list(runs)
         by = list(by)
         df = runs_frame(runs, by)
@@ -58,8 +62,8 @@ class AccuracyTable(Display):
         frame.index.name = "method" if by == ["algo"] else ", ".join(by)
         n = stats["n_seeds"]
         seeds = f"{int(n.min())}" if n.min() == n.max() else f"{int(n.min())}–{int(n.max())}"
-        cap = (f"Test accuracy (%), pooled over clients, mean ± std over {seeds} seed(s); best round "
-               f"and final round.")
+        cap = (f"Test accuracy (%), pooled over clients, mean over {seeds} seed(s); best round and final round. "
+               + st.CI_NOTE)
         t = cls(frame, stats, title=title or "Test accuracy (%)", caption=cap)
         return t.plot(ax=ax) if plot else t
 
@@ -67,15 +71,18 @@ class AccuracyTable(Display):
     def from_applicability(cls, runs, *, which: str = "best", digits: int = 2, title: str | None = None,
                            ax=None, plot: bool = True):
         """ALA added to each method present with its +ALA run (the paper's Table 4): accuracy without, with, and
-        the gain (percentage points)."""
+        the gain (percentage points: +ALA minus the base run of the same seed) with its p (paired t, Holm-adjusted
+        over the rows)."""
         stats = applicability_frame(runs, which=which)
+        rows = stats.to_dict("records")
         frame = pd.DataFrame({
-            "base": [format_mean_std(m, s, digits) for m, s in zip(stats["base_mean"], stats["base_std"])],
-            "+ALA": [format_mean_std(m, s, digits) for m, s in zip(stats["ala_mean"], stats["ala_std"])],
-            "gain": [f"{g:+.{digits}f}" for g in stats["gain"]],
+            "base": [ci_cell(r, "base", digits) for r in rows], "+ALA": [ci_cell(r, "ala", digits) for r in rows],
+            "gain": [ci_cell(r, "gain", digits, sign=True) for r in rows],
+            "p": [st.format_p(r["p_holm"]) for r in rows],
         }, index=pd.Index([algo_label(b) for b in stats["base"]], name="method"))
-        cap = (f"ALA added to a base method: test accuracy (%) at the {which} round, mean ± std over "
-               f"{int(stats['n_seeds'].min())} seed(s), and the gain in percentage points.")
+        cap = (f"ALA added to a base method: test accuracy (%) at the {which} round, mean over "
+               f"{int(stats['n_seeds'].min())} seed(s), and the gain in percentage points (+ALA minus the base run "
+               "of the same seed), p: paired t over seeds, Holm-adjusted over the rows. " + st.CI_NOTE)
         t = cls(frame, stats, title=title or "Applicability of ALA", caption=cap)
         return t.plot(ax=ax) if plot else t
 

@@ -364,7 +364,22 @@ def make_table2(ctx: Context):
         top = df.sort_values("best_mean", ascending=False).iloc[0]
         findings.append(f"{setting}: highest best-round accuracy {top['row']} {top['best_mean']:.2f} %; "
                         + ", ".join(f"{r.row} {r.best_mean:.2f}" for r in df.itertuples()))
+    findings += _verdicts(runs, ["algo", "setting"], "best")
     return files, findings
+
+
+def _verdicts(runs, by: list, metric: str, against=None) -> list[str]:
+    """Each group of ``runs`` against its reference (default FedAvg; docs/comparing.md), in words, per setting."""
+    from ..analysis import stats
+    from ..analysis.tables import setting_label
+
+    frame = stats.metrics_frame(runs, [b for b in by if b not in ("algo", "setting")])
+    frame["setting"] = [setting_label(r.config) for r in runs]
+    long = stats.seed_stats(frame, by, against=stats.AUTO if against is None else against, metrics=[metric])
+    labels = {a: algo_label(a) for a in frame["algo"].unique()}
+    column = by[0] if by[0] != "setting" else by[1]
+    return [f"{setting}, {metric} round: {v}" for setting, part in long.groupby("setting", sort=False)
+            for v in stats.verdicts(part, metric, labels=labels, digits=2, by=column)]
 
 
 def make_applicability(ctx: Context):
@@ -378,8 +393,11 @@ def make_applicability(ctx: Context):
     files = ctx.save(t, "applicability")
     files += [ctx.write("applicability.md", t.to_markdown()), ctx.write("applicability.tex", t.to_latex()),
               _csv(t.stats_, ctx.out / "applicability.csv")]
-    findings = [f"{algo_label(r.with_ala)}: {r.ala_mean:.2f} vs {algo_label(r.base)} {r.base_mean:.2f} % "
-                f"({r.gain:+.2f} points, best round)" for r in t.stats_.itertuples()]
+    from ..analysis.stats import format_ci, format_p
+
+    findings = [f"{algo_label(r.with_ala)}: {r.ala_mean:.2f} vs {algo_label(r.base)} {r.base_mean:.2f} % (gain "
+                f"{format_ci(r.gain, r.gain_lo, r.gain_hi, 2, sign=True)} points, best round, paired over {r.n_seeds} "
+                f"seed(s); p (paired t, Holm over the rows): {format_p(r.p_holm)})" for r in t.stats_.itertuples()]
     gains = t.stats_["gain"]
     findings.append(f"ALA raised the best-round accuracy of {int((gains > 0).sum())} of {len(gains)} methods "
                     f"(gains {gains.min():+.2f} to {gains.max():+.2f} points)")
@@ -407,22 +425,29 @@ def make_table3(ctx: Context):
 def _ablation(ctx: Context, param: str, stem: str):
     import pandas as pd
 
-    from ..analysis.tables import format_mean_std, frame_to_markdown
+    from ..analysis import stats
+    from ..analysis.tables import ci_cell, frame_to_markdown
     from ..figures.ablation import AblationDisplay
 
-    runs = [ctx.run(cfg) for cfg in ctx.plan.ablation(param).configs()]
+    spec = ctx.plan.ablation(param)
+    runs = [ctx.run(cfg) for cfg in spec.configs()]
     d = AblationDisplay.from_runs(runs, param=param)
     df = d.frame_
     md = pd.DataFrame({param: [f"{v:g}" for v in df[param]]})
-    md["best acc %"] = [format_mean_std(m, s) for m, s in zip(df["best_mean"], df["best_std"])]
-    md["final acc %"] = [format_mean_std(m, s) for m, s in zip(df["final_mean"], df["final_std"])]
+    rows = df.to_dict("records")
+    md["best acc %"] = [ci_cell(r, "best") for r in rows]
+    md["final acc %"] = [ci_cell(r, "final") for r in rows]
     if "ala_weights" in df:
         md["ALA weights"] = [f"{int(v):,}" for v in df["ala_weights"]]
     md["ALA ms/round"] = [f"{1000 * v:.1f}" for v in df["ala_seconds"]]
-    files = ctx.save(d, stem) + [ctx.write(f"{stem}.md", frame_to_markdown(md.set_index(param))),
-                                 _csv(df, ctx.out / f"{stem}.csv")]
+    files = ctx.save(d, stem) + [ctx.write(f"{stem}.md", frame_to_markdown(md.set_index(param)) + "\n"
+                                           + stats.CI_NOTE + "\n"), _csv(df, ctx.out / f"{stem}.csv")]
     findings = [", ".join(f"{param}={r[param]:g}: {r['best_mean']:.2f}" for _, r in df.iterrows())
                 + " (best-round accuracy %, mean over seeds)"]
+    ref = getattr(spec.base, param)  # the paper's value: every other one against it, paired by seed
+    if ref in set(df[param]):
+        long = stats.seed_stats(stats.metrics_frame(runs, [param]), [param], against=ref, metrics=["best"])
+        findings += stats.verdicts(long, "best", labels={v: f"{param}={v:g}" for v in df[param]}, digits=2)
     if "ala_weights" in df:
         findings.append("ALA weights: " + ", ".join(f"p={int(r['p'])}: {int(r['ala_weights']):,}"
                                                     for _, r in df.iterrows()))
@@ -485,7 +510,7 @@ def _fedlama_planned(plan: Plan) -> list[RunConfig]:
 
 FIGURES: dict[str, FigureSpec] = {s.key: s for s in [
     FigureSpec("table2", "Tables 2 and 7", "accuracy of each method (traditional FL, the pFL baselines, FedALA, "
-               "Local), mean ± std over seeds, best and final round", make_table2, _tables_planned),
+               "Local), mean and 95 % interval over seeds, best and final round", make_table2, _tables_planned),
     FigureSpec("table3", "Table 3", "computation (seconds per round, ALA's start phase) and communication (models "
                "up and down per client per round) of each method, measured", make_table3,
                lambda plan: plan.table("practical").configs()),

@@ -1,6 +1,6 @@
 """Ablation: FedALA once per value of p (top blocks with ALA weights) or s (% of local data used to learn
-them) and per seed, everything else as set (paper Tables 1 and 6): mean ± std over the seeds, and whether the
-values differ by more than the seeds do."""
+them) and per seed, everything else as set (paper Tables 1 and 6): mean and 95 % interval over the seeds, and
+whether each value differs from the page's own (paired by seed: :mod:`~fedala_lab.analysis.stats`)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import time
 import gradio as gr
 import pandas as pd
 
+from ...analysis import stats
 from ...errors import ConfigError
 from ...experiments.runs import get_or_run
 from ..jobs import finished_status, job
@@ -43,8 +44,9 @@ def parse_values(param: str, values) -> list:
 @job
 def ablation(app, param, values, seeds, settings, job):
     """FedALA for each value of ``param`` (p or s), run seeds 0 … ``seeds`` − 1, the rest as set: the paper's
-    Tables 1/6 as a plot, a table (mean ± std over the seeds) and a sentence on what the differences mean.
-    Stopped, it draws the values finished so far (with all their seeds)."""
+    Tables 1/6 as a plot, a table (mean and 95 % interval over the seeds) and sentences on what the differences
+    mean: each value against the page's own value of ``param`` (the smallest value tried when that is not among
+    them), paired by seed. Stopped, it draws the values finished so far (with all their seeds)."""
     from ...figures.ablation import AblationDisplay
 
     if param not in ABLATION_VALUES:
@@ -54,6 +56,7 @@ def ablation(app, param, values, seeds, settings, job):
         raise ConfigError("seeds", seeds, f"an integer from 1 to {MAX_SEEDS}")
     cfgs = [make_config(algo="fedala", **{**settings, param: v, "seed": k})
             for v in parse_values(param, values) for k in range(seeds)]
+    own = getattr(make_config(algo="fedala", **settings), param)  # the value the page is set to
     tic = time.perf_counter()
     got = app.fetch(job, cfgs, lambda store, callback: [get_or_run(c, store, progress=False, callback=callback)
                                                         for c in cfgs],
@@ -65,7 +68,7 @@ def ablation(app, param, values, seeds, settings, job):
     status = finished_status(got, time.perf_counter() - tic, "FedALA run(s)")
     if got.status:
         status += f" Drawn: the {len(disp.frame_)} value(s) that finished all their seeds."
-    return (disp.figure_, shown_table(disp.frame_, param), finding(disp.frame_, param, len(cfgs) // seeds),
+    return (disp.figure_, shown_table(disp.frame_, param), finding(disp.frame_, param, len(cfgs) // seeds, done, own),
             status)
 
 
@@ -78,13 +81,16 @@ def _whole_values(runs, param: str, seeds: int) -> list:
 
 
 def shown_table(frame: pd.DataFrame, param: str) -> pd.DataFrame:
-    """The ablation frame with readable headers; the std columns only when there are several seeds."""
+    """The ablation frame with readable headers; the interval columns (half its width, or [low, high] for a
+    bootstrap one) only when there are several seeds."""
     out = pd.DataFrame({param: frame[param]})
     several = frame["n_seeds"].min() > 1
+    rows = frame.to_dict("records")
     for kind in ("best", "final"):
         out[f"{kind} acc %"] = frame[f"{kind}_mean"].round(2)
         if several:
-            out[f"{kind} ± std"] = frame[f"{kind}_std"].round(2)
+            out[f"{kind} 95 % CI"] = [stats.interval_text(r[f"{kind}_mean"], r[f"{kind}_lo"], r[f"{kind}_hi"]) or "—"
+                                      for r in rows]
     out["seeds"] = frame["n_seeds"]
     out[COST_COLUMNS[0]] = frame["ala_images"]
     out[COST_COLUMNS[1]] = (1000 * frame["ala_seconds"]).round(1)
@@ -97,9 +103,10 @@ def shown_table(frame: pd.DataFrame, param: str) -> pd.DataFrame:
 COST_COLUMNS = ("ALA images per round (counted)", "ALA ms per round (timed)")
 
 
-def finding(frame: pd.DataFrame, param: str, asked: int | None = None) -> str:
+def finding(frame: pd.DataFrame, param: str, asked: int | None = None, runs=(), own=None) -> str:
     """Whether the values differ by more than the seeds do, with the numbers (``asked``: how many values the
-    sweep had, when a stopped one drew fewer)."""
+    sweep had, when a stopped one drew fewer): each value's ``runs`` against those of the value ``own`` (the
+    page's; the smallest value when ``own`` is not among them), paired by seed, in words."""
     best = frame.set_index(param)["best_mean"]
     if len(best) == 1:  # one value: nothing to compare, and no "0.00 points apart"
         v = best.index[0]
@@ -115,18 +122,20 @@ def finding(frame: pd.DataFrame, param: str, asked: int | None = None) -> str:
     if frame["n_seeds"].min() < 2:
         return (head + ", one seed. A run's accuracy also moves from seed to seed, and with one seed that spread "
                 "is not measured: close values, even equal ones, are not told apart. Set seeds to 3 to see it.")
-    noise = float(frame["best_std"].max())
-    verdict = ("within the seeds' spread: these values are not told apart here" if gap <= 2 * noise else
-               "more than twice the seeds' largest std: the difference is measured")
-    return f"{head}; std over {int(frame['n_seeds'].min())} seeds up to {noise:.2f} points, {verdict}."
+    ref = own if own in set(frame[param]) else frame[param].min()
+    long = stats.seed_stats(stats.metrics_frame(runs, [param]), [param], against=ref, metrics=["best"])
+    said = stats.verdicts(long, "best", labels={v: f"{param} = {v:g}" for v in frame[param]}, digits=2)
+    return (f"{head}. Each value against {param} = {ref:g}" + (" (the page's)" if ref == own else "")
+            + ", paired by seed (best accuracy):\n\n" + "\n".join(f"- {v}" for v in said))
 
 
 def build(app, settings) -> Panel:
     with gr.Row(equal_height=False):
         with gr.Column(scale=4, min_width=340):
             gr.Markdown("FedALA once per value of p (top blocks with ALA weights) or s (% of local data used to "
-                        "learn them) and per seed (0, 1, …), everything else as set (paper Tables 1 and 6): mean ± "
-                        "std over the seeds. The cost is counted (images through ALA), and timed.",
+                        "learn them) and per seed (0, 1, …), everything else as set (paper Tables 1 and 6): mean and "
+                        "95 % interval over the seeds, and each value against the page's own, paired by seed. The "
+                        "cost is counted (images through ALA), and timed.",
                         elem_classes=["note"])
             with gr.Row():
                 param = Radio([("p", "p"), ("s", "s")], value="p", label="sweep", elem_id="abl-param", field="param")
@@ -136,8 +145,8 @@ def build(app, settings) -> Panel:
         with gr.Column(scale=7, min_width=480):
             abl_plot = plot(label="accuracy and cost", elem_id="abl-plot", elem_classes=["main-plot"])
             found = gr.Markdown(elem_id="abl-finding", elem_classes=["note"])
-    frame = table(label="per value", elem_id="abl-table", columns=("p", "best acc %", "best ± std", "final acc %",
-                                                                    "final ± std", "seeds", *COST_COLUMNS,
+    frame = table(label="per value", elem_id="abl-table", columns=("p", "best acc %", "best 95 % CI", "final acc %",
+                                                                    "final 95 % CI", "seeds", *COST_COLUMNS,
                                                                     "ALA weights"))
     param.change(lambda prm: ABLATION_VALUES.get(prm, ""), param, values, queue=False, **PRIVATE)
     return Panel("ablation", run, stop, status, [param, values, seeds], [abl_plot, frame, found])

@@ -7,7 +7,7 @@ import time
 
 import gradio as gr
 
-from ...analysis.tables import data_title
+from ...analysis.tables import SEED_DIFF, SEED_P, data_title
 from ...errors import ConfigError
 from ...experiments.runs import get_or_run
 from ..jobs import finished_status, friendly, job
@@ -61,7 +61,9 @@ def partition(app, dataset, partition, num_clients, beta, classes_per_client, ki
 @job
 def ladder(app, seeds, settings, job):
     """FedAvg on each split of :data:`LADDER` (the dataset, clients and training settings of the page), run
-    seeds 0 … ``seeds`` − 1: best accuracy and the spread between clients, mean ± std over seeds."""
+    seeds 0 … ``seeds`` − 1: best accuracy and the spread between clients, mean and 95 % interval over seeds, and
+    each split against IID in words (paired by seed: :mod:`~fedala_lab.analysis.stats`)."""
+    from ...analysis import stats
     from ...analysis.tables import format_seed_table, seed_table
     from ...figures import HeterogeneityDisplay
 
@@ -90,18 +92,22 @@ def ladder(app, seeds, settings, job):
                     labels=[f"FedAvg {label}, seed {c.seed}" for label, cs in cfgs.items() for c in cs],
                     side_by_side=True)
     if got.status:  # stopped: a ladder needs every split
-        return gr.skip(), gr.skip(), got.status + " The ladder is drawn once every split has its runs."
+        return gr.skip(), gr.skip(), gr.skip(), got.status + " The ladder is drawn once every split has its runs."
     runs = iter(got.runs)
     groups = {label: [next(runs) for _ in cs] for label, cs in cfgs.items()}
     disp = HeterogeneityDisplay.from_runs(groups, title=f"FedAvg on {data_title(base.data).split(',')[0]}, "
                                                         f"{base.data.num_clients} clients, {seeds} seed(s)")
     text = format_seed_table(seed_table(groups, reference="IID")).reset_index(names="split")
-    return disp.figure_, text, finished_status(got, time.perf_counter() - tic) + moved
+    long = stats.seed_stats(stats.groups_frame(groups), against="IID", metrics=["best"])
+    said = "**Is each fall real?** Best accuracy, each split against IID with the same seed:\n\n" + "\n".join(
+        f"- {v}" for v in stats.verdicts(long, "best"))
+    return disp.figure_, text, said, finished_status(got, time.perf_counter() - tic) + moved
 
 
 KINDS = [("bubbles", "bubble"), ("heatmap", "heatmap")]
 # the ladder table's columns (analysis.tables.format_seed_table, with the split's name first)
-LADDER_COLUMNS = ("split", "seeds", "best acc %", "final acc %", "client spread", "paired diff of best")
+LADDER_COLUMNS = ("split", "seeds", "best acc % (95 % CI)", "final acc % (95 % CI)", "client spread (95 % CI)",
+                  SEED_DIFF, SEED_P)
 EMBEDDED = ("mnist_mini", "digits")
 DOWNLOAD_PROGRESS = gr.Progress(track_tqdm=True)  # torchvision's download bars, shown on the page
 
@@ -148,11 +154,13 @@ def build_ladder(app, settings) -> Panel:
         with gr.Column(scale=4, min_width=340):
             gr.Markdown("**Heterogeneity and FedAvg.** FedAvg on four splits of the chosen data, from IID to "
                         "pathological (2 labels per client), with the clients and training settings of *Train & "
-                        "compare*, over seeds: the best pooled accuracy and the spread between clients. The "
-                        "first time a few seconds a run; then instant.", elem_classes=["note"])
+                        "compare*, over seeds: the best pooled accuracy and the spread between clients, with 95 % "
+                        "intervals, and whether each fall is more than the seeds' noise. The first time a few "
+                        "seconds a run; then instant.", elem_classes=["note"])
             seeds = whole_slider(1, 5, 3, "seeds", "ladder-seeds", field="seeds")
             run, stop, status = run_stop("ladder")
         with gr.Column(scale=7, min_width=480):
             ladder_plot = plot(label="FedAvg per split", elem_id="ladder-plot", elem_classes=["main-plot"])
-    ladder_table = table(label="mean ± std over seeds", elem_id="ladder-table", columns=LADDER_COLUMNS)
-    return Panel("ladder", run, stop, status, [seeds], [ladder_plot, ladder_table])
+            ladder_said = gr.Markdown(elem_id="ladder-verdict", elem_classes=["note"])
+    ladder_table = table(label="mean and 95 % interval over seeds", elem_id="ladder-table", columns=LADDER_COLUMNS)
+    return Panel("ladder", run, stop, status, [seeds], [ladder_plot, ladder_table, ladder_said])

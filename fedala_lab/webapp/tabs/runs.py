@@ -1,5 +1,6 @@
 """Runs: what the app's own run store holds (finished, diverged, and stopped runs waiting to be resumed),
-filtered; several reloaded at once to compare (their accuracy curves on one plot, and a table).
+filtered; several reloaded at once to compare (their accuracy curves on one plot, a table, and in words over
+seeds: runs alike but for their seed are one group, each group against FedAvg's, paired by seed).
 
 Only names the store lists are reloaded (experiments.runs.load_stored, which goes through the store's own
 refusal of anything with a path in it): nothing outside the store can be reached.
@@ -7,12 +8,14 @@ refusal of anything with a path in it): nothing outside the store can be reached
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
 import gradio as gr
 import pandas as pd
 
 from ...algorithms import registry
+from ...analysis import stats
 from ...analysis.tables import run_settings, setting_label
 from ...config import algo_label
 from ...errors import ConfigError, DataError, short_repr
@@ -37,7 +40,8 @@ COMPARED = {"#": "3%", "algorithm": "8%", "data": "9%", "clients": "7%", "settin
 def runs(app, name="", algorithm="", dataset="", partition="", status="", text=""):
     """List the app's run store (filtered by algorithm, dataset, partition, status and any text); with
     ``name`` (a run's name, or a list of them), reload those runs: their accuracy curves on one plot, a
-    table comparing them, and the summary and settings of the last one."""
+    table comparing them, the summary and settings of the last one, and what they say over seeds in words
+    (:func:`over_seeds`)."""
     from ...figures.curves import AccuracyCurveDisplay
 
     names = _names(name)
@@ -57,14 +61,51 @@ def runs(app, name="", algorithm="", dataset="", partition="", status="", text="
     selection = gr.Dropdown(choices=[(labels[n], n) for n in offered], value=names, multiselect=True)
     shown = listing[keep].reset_index(drop=True)
     if not names:
-        return shown, selection, None, {}, pd.DataFrame(columns=list(COMPARED))
+        return shown, selection, None, {}, pd.DataFrame(columns=list(COMPARED)), ""
     loaded = [load_stored(app.store, n) for n in names]
     legend = distinct([r.config for r in loaded], names, status=[run_label(r) for r in loaded])
     fig = AccuracyCurveDisplay.from_runs(loaded, labels=[f"{i}. {lab}" for i, lab in enumerate(legend, 1)],
                                          title=f"Test accuracy of {len(loaded)} run(s) from the store").figure_
     last = loaded[-1]
     details = _json_safe({"name": names[-1], "summary": last.summary(), "config": last.config.to_dict()})
-    return shown, selection, fig, details, _compared(names, loaded)
+    return shown, selection, fig, details, _compared(names, loaded), over_seeds(loaded)
+
+
+def over_seeds(loaded) -> str:
+    """The compared runs over seeds, in words: the finished runs grouped by everything but their seed, each group
+    against FedAvg's (else the first picked), paired by seed, on the final pooled accuracy
+    (:func:`~fedala_lab.analysis.stats.verdicts`; "one seed: no interval" for one), and client by client where
+    the data are the same; a single group's mean with its interval."""
+    done = [r for r in loaded if r.status == "complete"]
+    left = len(loaded) - len(done)
+    groups: dict[str, list] = {}
+    for r in done:  # one group per config but its seed, in the order picked
+        groups.setdefault(json.dumps(_flat(r.config.replace(seed=0)), sort_keys=True, default=str), []).append(r)
+    if not groups:
+        return "No finished run picked: nothing to say over seeds." if loaded else ""
+    labels = _group_labels([runs[0].config.replace(seed=0) for runs in groups.values()])
+    named = dict(zip(labels, groups.values()))
+    ref = next((lab for lab, runs in named.items() if runs[0].config.algo == "fedavg"), labels[0])
+    frame = stats.groups_frame(named)
+    long = stats.seed_stats(frame, against=ref if len(named) > 1 else None, metrics=["final"])
+    lines = (stats.verdicts(long, "final") if len(named) > 1 else
+             [stats.interval_words(long.iloc[0], labels[0])])
+    if len(named) > 1:
+        gains = stats.gain_table(frame, against=ref)
+        lines += [stats.gain_words(g, g["label"], ref) for g in gains.to_dict("records")]
+    head = "**Over seeds** (final pooled accuracy; runs alike but for their seed make one group"
+    head += f"; {left} unfinished run(s) left out):" if left else "):"
+    return head + "\n\n" + "\n".join(f"- {line}" for line in lines)
+
+
+def _group_labels(cfgs) -> list[str]:
+    """A name per group: its algorithm, then every setting all the groups have and in which they differ (a
+    setting only one method has, as FedALA's η, does not tell FedALA from FedAvg: the algorithm does)."""
+    flat = [_flat(c) for c in cfgs]
+    keys = [k for k in flat[0] if k not in ("algo", "seed") and all(k in f for f in flat)
+            and len({repr(f[k]) for f in flat}) > 1]
+    out = [", ".join([algo_label(c.algo), *(f"{k} {f[k]}" for k in keys)]) for c, f in zip(cfgs, flat)]
+    return [lab if out.count(lab) == 1 else f"{lab} ({i})" for i, lab in enumerate(out, 1)]
 
 
 def distinct(cfgs, names, status=None) -> list[str]:
@@ -212,8 +253,9 @@ def build(app, demo) -> tuple[list, list]:
         details = gr.JSON(label="summary and settings of the last one picked", elem_id="run-details", scale=2)
     compared = table(label="runs compared", elem_id="runs-compared", columns=COMPARED,
                      column_widths=list(COMPARED.values()))
+    said = gr.Markdown(elem_id="runs-over-seeds", elem_classes=["note"])
     inputs = [selection, algorithm, dataset, partition, status, text]
-    outputs = [listing, selection, run_plot, details, compared]
+    outputs = [listing, selection, run_plot, details, compared, said]
     gr.on([refresh.click, selection.input, algorithm.change, dataset.change, partition.change, status.change,
            text.submit, demo.load], app.runs, inputs, outputs, api_name="runs", **LIGHT)
     listing.select(toggle, selection, selection, queue=False, **PRIVATE).then(
