@@ -155,6 +155,8 @@ class Setup:
         self._steps: dict[SGD, Callable] = {}
         self._plans: dict = {}
         self.eval_step = make_eval_step(model)
+        # the round's test evaluation also scores each row, for the test AUC (as wide as an evaluation chunk)
+        self.score_step = make_eval_step(model, plans.forward_chunk(channels_last))
 
     @property
     def num_clients(self) -> int:
@@ -404,21 +406,28 @@ class Round:
         return out
 
     def evaluate(self, params: dict, buffers: dict, split: str = "test",
-                 clients: torch.Tensor | None = None) -> dict[str, np.ndarray]:
+                 clients: torch.Tensor | None = None, *, auc: bool = False) -> dict[str, np.ndarray]:
         """Sum of losses, number correct and number of rows per client on its ``split``, of every client's model
-        (``params``/``buffers``: (N, …)) or of ``clients``' only."""
+        (``params``/``buffers``: (N, …)) or of ``clients``' only; with ``auc`` also each one's micro-averaged AUC
+        (``"auc"``, a fraction: compute/metrics.py)."""
         plan = self._setup.eval_plan(split)
         if clients is not None:
             picked = self.models(clients, params, buffers)
             params, buffers = picked["params"], picked["buffers"]
             plan = plan.take(clients.cpu().numpy())
-        return self.evaluate_batches(params, buffers, plan, split)
+        return self.evaluate_batches(params, buffers, plan, split, auc=auc)
 
-    def evaluate_batches(self, params: dict, buffers: dict, plan: BatchPlan, split: str = "train") -> dict:
+    def evaluate_batches(self, params: dict, buffers: dict, plan: BatchPlan, split: str = "train", *,
+                         auc: bool = False) -> dict:
         """Sum of losses, number correct and number of rows of each model (one per row of ``params``/``buffers``)
-        on the rows of ``split`` that its row of ``plan`` names (rows of your own: FedFomo's validation rows)."""
+        on the rows of ``split`` that its row of ``plan`` names (rows of your own: FedFomo's validation rows);
+        ``auc`` as :meth:`evaluate` (the plan's chunks no wider than an evaluation chunk)."""
         x, y = (self.data.train_x, self.data.train_y) if split == "train" else (self.data.test_x, self.data.test_y)
-        return plans.evaluate(self._setup.backend, self._setup.eval_step, self.model, params, buffers, x, y, plan)
+        setup = self._setup
+        if auc:
+            return plans.evaluate(setup.backend, setup.score_step, self.model, params, buffers, x, y, plan,
+                                  self.data.num_classes)
+        return plans.evaluate(setup.backend, setup.eval_step, self.model, params, buffers, x, y, plan)
 
     # -- records -----------------------------------------------------------------------------------
 

@@ -21,7 +21,8 @@ def runs_frame(runs: Iterable[Run], extra: Iterable[str] = ()) -> pd.DataFrame:
 
 
 def accuracy_table(runs: Iterable[Run] | pd.DataFrame, by: Iterable[str] = ("algo",)) -> pd.DataFrame:
-    """Mean and std over seeds of best- and final-round pooled accuracy (%), one row per group.
+    """Mean and std over seeds of best- and final-round pooled accuracy (%), one row per group, and of the
+    best and final pooled test AUC (%, ``best_auc_mean`` … ``final_auc_std``) where the runs recorded it.
 
     ``runs`` may be Run objects or a frame from :func:`runs_frame`. ``by`` names the columns that define
     a row (default: the algorithm); any config field can be used, e.g. ``by=("algo", "p")``. The std is
@@ -36,9 +37,11 @@ def accuracy_table(runs: Iterable[Run] | pd.DataFrame, by: Iterable[str] = ("alg
         return pd.DataFrame(columns=[*by, "best_mean", "best_std", "final_mean", "final_std", "n_seeds",
                                      "identical"])
     g = df.groupby(by, sort=False, dropna=False)
+    auc = {f"{k}_auc_{stat}": (f"{k}_auc", stat) for k in ("best", "final") for stat in ("mean", "std")
+           if f"{k}_auc" in df}
     out = g.agg(best_mean=("best_acc", "mean"), best_std=("best_acc", "std"),
                 final_mean=("final_acc", "mean"), final_std=("final_acc", "std"),
-                n_seeds=("seed", "nunique")).reset_index()
+                n_seeds=("seed", "nunique"), **auc).reset_index()
     same = g["trajectory"].nunique() if "trajectory" in df else None
     out["identical"] = (out["n_seeds"] > 1) & (same.to_numpy() == 1) if same is not None else False
     return out
@@ -164,7 +167,8 @@ def sweep_table(result, by: Iterable[str] | None = None) -> pd.DataFrame:
     table = status.merge(table, on=by, how="left")  # every group, in the grid's order
     table["n_seeds"] = table["n_seeds"].fillna(0).astype(int)
     table["identical"] = table["identical"].astype("boolean").fillna(False).astype(bool)
-    return table[[*by, "best_mean", "best_std", "final_mean", "final_std", "n_seeds", "identical", "status"]]
+    auc = [c for c in table.columns if "_auc_" in c]
+    return table[[*by, "best_mean", "best_std", "final_mean", "final_std", "n_seeds", "identical", "status", *auc]]
 
 
 def _group_status(statuses: pd.Series) -> str:
@@ -254,25 +258,27 @@ def run_settings(cfg) -> str:
 def layout_table(stats: pd.DataFrame, rows: str = "algo", columns: str = "setting", which: str = "both",
                  digits: int = 2, row_order=None, column_order=None) -> pd.DataFrame:
     """Pivot an :func:`accuracy_table` frame into the paper's layout: one row per method, one column per
-    setting (``which="best"`` or ``"final"``), or two per setting (``"both"``: "best" and "final").
+    setting (``which="best"`` or ``"final"``), or two per setting (``"both"``: "best" and "final"; ``"auc"``:
+    the best and the final pooled test AUC, "best AUC" and "final AUC").
 
     Cells are "mean ± std" strings (see :func:`format_mean_std`); a missing combination is "–".
     """
-    if which not in ("best", "final", "both"):
+    if which not in ("best", "final", "both", "auc"):
         from ..errors import ConfigError
 
-        raise ConfigError("which", which, "best, final or both")
-    kinds = ["best", "final"] if which == "both" else [which]
+        raise ConfigError("which", which, "best, final, both or auc")
+    kinds = {"both": ["best", "final"], "auc": ["best_auc", "final_auc"]}.get(which, [which])
     row_vals = list(row_order) if row_order is not None else list(dict.fromkeys(stats[rows]))
     col_vals = list(column_order) if column_order is not None else list(dict.fromkeys(stats[columns]))
     cells = {}
     for _, r in stats.iterrows():
         for k in kinds:
-            cells[(r[rows], r[columns], k)] = format_mean_std(r[f"{k}_mean"], r[f"{k}_std"], digits)
+            cells[(r[rows], r[columns], k)] = format_mean_std(r.get(f"{k}_mean", np.nan), r.get(f"{k}_std", np.nan),
+                                                              digits)
     out = {}
     for c in col_vals:
         for k in kinds:
-            name = str(c) if len(kinds) == 1 else f"{c} ({k})"
+            name = str(c) if len(kinds) == 1 else f"{c} ({k.replace('_auc', ' AUC')})"
             out[name] = [cells.get((rv, c, k), "–") for rv in row_vals]
     frame = pd.DataFrame(out, index=pd.Index(row_vals, name=rows))
     return frame

@@ -158,23 +158,33 @@ def _batched_sgd_step(model: torch.nn.Module, sgd: SGD):
     return step
 
 
-def make_eval_step(model: torch.nn.Module):
-    """Forward only: (sum of cross-entropy, number correct) for one chunk of rows."""
+def make_eval_step(model: torch.nn.Module, rows: int = 0):
+    """Forward only: (sum of cross-entropy, number correct) for one chunk of rows; with ``rows`` > 0 also the
+    chunk's softmax probabilities, (rows, C) flattened with zero rows padding a shorter chunk (the test AUC's
+    scores, compute/metrics.py). ``step.aux_size`` says how many numbers a step returns, given C."""
+
+    def scored(out, values):
+        if not rows:
+            return values
+        probs = F.pad(F.softmax(out, dim=-1), (0, 0, 0, rows - out.shape[-2]))
+        return torch.cat([values, probs.flatten(-2).to(values.dtype)], dim=-1)
 
     def step(carry, shared, x, y, w):
         out = functional_call(model, (carry["params"], carry["buffers"]), (x,))
         loss = (F.cross_entropy(out, y, reduction="none") * w).sum()
         correct = ((out.argmax(1) == y).to(w.dtype) * w).sum()
-        return {}, torch.stack([loss, correct])
+        return {}, scored(out, torch.stack([loss, correct]))
 
-    step.rebind = make_eval_step  # the same step on a copy of the model, for threads (compute/parallel.py)
+    # the same step on a copy of the model, for threads (compute/parallel.py)
+    step.rebind = lambda m: make_eval_step(m, rows)
     step.graphable = True
+    step.aux_size = lambda num_classes: 2 + rows * num_classes
     if batched_forms.batchable(model):
         def batched(carry, shared, x, y, w):
             out = batched_forms.forward(model, carry["params"], x)
             ce = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), reduction="none").reshape(y.shape)
             correct = ((out.argmax(-1) == y).to(w.dtype) * w).sum(1)
-            return {}, torch.stack([(ce * w).sum(1), correct], dim=1)
+            return {}, scored(out, torch.stack([(ce * w).sum(1), correct], dim=1))
 
         step.batched = batched
     return step

@@ -44,7 +44,8 @@ class AccuracyTable(Display):
     def from_runs(cls, runs, by=("algo",), *, which: str = "both", digits: int = 2, title: str | None = None,
                   ax=None, plot: bool = True):
         """Group ``runs`` by ``by`` (+ their data setting) and lay them out: rows = the ``by`` values
-        (method names), columns = settings (dataset and partition), cells = mean ± std over seeds."""
+        (method names), columns = settings (dataset and partition), cells = mean ± std over seeds of the
+        accuracy (``which`` best, final or both) or of the pooled test AUC (``which="auc"``: best and final)."""
         runs = list(runs)
         by = list(by)
         df = runs_frame(runs, by)
@@ -58,9 +59,11 @@ class AccuracyTable(Display):
         frame.index.name = "method" if by == ["algo"] else ", ".join(by)
         n = stats["n_seeds"]
         seeds = f"{int(n.min())}" if n.min() == n.max() else f"{int(n.min())}–{int(n.max())}"
-        cap = (f"Test accuracy (%), pooled over clients, mean ± std over {seeds} seed(s); best round "
-               f"and final round.")
-        t = cls(frame, stats, title=title or "Test accuracy (%)", caption=cap)
+        what = "Test AUC (%)" if which == "auc" else "Test accuracy (%)"
+        pooled = ("each client's micro-averaged AUC weighted by its test samples" if which == "auc"
+                  else "pooled over clients")
+        cap = f"{what}, {pooled}, mean ± std over {seeds} seed(s); best round and final round."
+        t = cls(frame, stats, title=title or what, caption=cap)
         return t.plot(ax=ax) if plot else t
 
     @classmethod
