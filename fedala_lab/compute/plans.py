@@ -10,8 +10,8 @@ import numpy as np
 import torch
 
 from . import rng
-from .metrics import micro_auc
 from .backends import BatchPlan
+from .metrics import micro_auc
 
 EVAL_CHUNK = 256  # rows per client per evaluation step (memory, not results, depends on it)
 # rows per forward-only step of channels-last convolutions on a CPU (evaluation, ALA's feature pass): the MNIST
