@@ -54,6 +54,24 @@ def train_batches(n: int, offset: int, *, batch_size: int, drop_last: bool, shuf
     return seq
 
 
+def stream_batches(n: int, offset: int, *, batch_size: int, drop_last: bool, shuffle: bool, seed: int, client: int,
+                   start: int, steps: int, stream: int = rng.TRAIN_ORDER) -> list[np.ndarray]:
+    """Batches ``start`` … ``start + steps − 1`` of one client's continuing pass over its ``n`` train rows (an
+    iterator kept across rounds, as FedLAMA's authors stream their data): pass after pass, in the stored order,
+    or with ``shuffle`` each pass a permutation of its own from the stream (seed, client, stream, pass), drawn
+    whatever the round (round 0 in the stream's words)."""
+    per_epoch = batches_per_epoch(n, batch_size, drop_last)
+    if per_epoch == 0:
+        return []
+    seq, orders = [], {}
+    for i in range(start, start + steps):
+        epoch, j = divmod(i, per_epoch)
+        if epoch not in orders:
+            orders[epoch] = rng.generator(seed, 0, client, stream, epoch).permutation(n) if shuffle else np.arange(n)
+        seq.append(offset + orders[epoch][j * batch_size:(j + 1) * batch_size])
+    return seq
+
+
 def eval_batches(sizes: np.ndarray, offsets: np.ndarray, *, drop_to: int | None = None,
                  chunk: int = EVAL_CHUNK) -> list[list[np.ndarray]]:
     """Every client's rows in chunks of ``chunk`` rows; ``drop_to`` keeps only whole batches of that size
@@ -90,4 +108,4 @@ def evaluate(backend, step, model: torch.nn.Module, params: dict, buffers: dict,
 
 
 __all__ = ["CL_CHUNK", "EVAL_CHUNK", "batches_per_epoch", "eval_batches", "evaluate", "forward_chunk",
-           "train_batches"]
+           "stream_batches", "train_batches"]
