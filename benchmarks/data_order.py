@@ -44,7 +44,7 @@ def main() -> None:
                 warnings.simplefilter("ignore")
                 runs = [get_or_run(preset(args.preset, algo=algo, rounds=args.rounds, seed=s, shuffle=shuffle),
                                    args.store, progress=False) for s in seeds]
-            acc[shuffle] = np.array([[100 * r.final_acc, 100 * r.best_acc] for r in runs])
+            acc[shuffle] = np.array([[r.final_acc, r.best_acc] for r in runs])
         d = acc[True] - acc[False]
         print(f"{algo:<22}{acc[False][:, 0].mean():13.2f}{acc[True][:, 0].mean():15.2f}{d[:, 0].mean():+8.2f}"
               f"{acc[False][:, 1].mean():13.2f}{acc[True][:, 1].mean():14.2f}{d[:, 1].mean():+8.2f}"

@@ -68,7 +68,7 @@ def main() -> None:
                 warnings.simplefilter("ignore")
                 runs = [get_or_run(preset(args.preset, algo=algo, rounds=args.rounds, seed=s), args.store,
                                    progress=False) for s in seeds]
-            out[algo] = np.array([[100 * r.final_acc, 100 * r.best_acc] for r in runs])
+            out[algo] = np.array([[r.final_acc, r.best_acc] for r in runs])
         for algo, a in out.items():
             print(f"{algo:<24} final {a[:, 0].mean():6.2f}   best {a[:, 1].mean():6.2f}")
         d = out[pfllib] - out[earlier]

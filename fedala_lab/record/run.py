@@ -31,8 +31,8 @@ _ROUND_TRIP = {"float_precision": "round_trip"} if int(pd.__version__.split(".")
 @dataclass(eq=False)
 class Run:
     """What one simulated run recorded. Accuracies are in percent everywhere (0–100: ``acc``, ``best_acc``,
-    ``test_acc``, :attr:`best_acc`, :meth:`summary`, the trackers, the CLI's JSON); ``acc_std`` is in
-    percentage points.
+    ``test_acc``, :attr:`best_acc`, :meth:`summary`, the trackers, the CLI's JSON), and so is the test AUC
+    (``auc``, ``test_auc``); ``acc_std`` is in percentage points.
 
     ``config``: the RunConfig that made it (``custom:`` data or model when they were given, by content hash).
 
