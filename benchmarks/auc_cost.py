@@ -18,7 +18,7 @@ import warnings
 import numpy as np
 
 from fedala_lab.algorithms.base import Round
-from fedala_lab.engine.simulate import simulate
+from fedala_lab.engine.simulate import Simulation, simulate
 from fedala_lab.experiments.presets import preset
 
 
@@ -41,6 +41,7 @@ def main() -> None:
     ap.add_argument("--algo", default="fedavg")
     ap.add_argument("--rounds", type=int, default=None, help="default: the preset's")
     ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--calls", type=int, default=200, help="alternating evaluation calls of each kind")
     args = ap.parse_args()
     cfg = preset(args.preset, algo=args.algo, **({"rounds": args.rounds} if args.rounds else {}))
     scored, unscored = _without_auc()
@@ -68,6 +69,20 @@ def main() -> None:
     print(f"evaluation seconds per run, median: with {np.median(ew):.3f}, without {np.median(ewo):.3f}; "
           f"paired difference per round {np.median(per_round):.2f} ms (min {per_round.min():.2f}, "
           f"max {per_round.max():.2f})")
+    # the round's test evaluation alone, many alternating calls: less of the machine's noise than whole runs
+    sim = Simulation(cfg)
+    rnd = sim.round_view(1)
+    calls = {True: [], False: []}
+    for i in range(2 * args.calls):
+        auc = i % 2 == 0
+        tic = time.perf_counter()
+        rnd.evaluate(sim.local_params, sim.local_buffers, "test", auc=auc)
+        calls[auc].append(time.perf_counter() - tic)
+    sim.close()
+    on, off = np.median(calls[True]) * 1e3, np.median(calls[False]) * 1e3
+    load2 = os.getloadavg()
+    print(f"one test evaluation of all {sim.num_clients} clients, median of {args.calls} each: with AUC {on:.3f} ms, "
+          f"without {off:.3f} ms (+{on - off:.3f} ms); load average {load2[0]:.2f} after")
 
 
 if __name__ == "__main__":

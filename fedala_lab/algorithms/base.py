@@ -155,8 +155,7 @@ class Setup:
         self._steps: dict[SGD, Callable] = {}
         self._plans: dict = {}
         self.eval_step = make_eval_step(model)
-        # the round's test evaluation also scores each row, for the test AUC (as wide as an evaluation chunk)
-        self.score_step = make_eval_step(model, plans.forward_chunk(channels_last))
+        self.score_step = make_eval_step(model, scores=True)  # the round's test evaluation: each row's scores too
 
     @property
     def num_clients(self) -> int:

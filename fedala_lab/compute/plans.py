@@ -88,19 +88,17 @@ def eval_batches(sizes: np.ndarray, offsets: np.ndarray, *, drop_to: int | None 
 def evaluate(backend, step, model: torch.nn.Module, params: dict, buffers: dict, x: torch.Tensor, y: torch.Tensor,
              plan: BatchPlan, num_classes: int = 0) -> dict[str, np.ndarray]:
     """Sum of losses, number correct and number of rows per client of ``plan`` (one client per row of
-    ``params``/``buffers``), forward only; with a scoring step (``make_eval_step(model, rows)``) and the
+    ``params``/``buffers``), forward only; with a scoring step (``make_eval_step(model, scores=True)``) and the
     ``num_classes`` of its outputs also ``auc``, each client's micro-averaged test AUC (a fraction; NaN for a
     client without rows): compute/metrics.py."""
-    width = step.aux_size(num_classes) if num_classes else 2
+    a, k, b = plan.rows.shape
     _, aux = backend.run(step, {"params": params, "buffers": buffers}, {}, plan, x, y, train=False, model=model,
-                         aux_size=width)
+                         aux_size=2 + b * num_classes)
     out = {"loss_sum": np.nansum(aux[..., 0], 1), "correct": np.nansum(aux[..., 1], 1), "num": plan.sizes.sum(1)}
-    if width > 2:
-        a, k, b = plan.rows.shape
-        if (width - 2) // num_classes < b:
-            raise ValueError(f"a scoring step of {(width - 2) // num_classes} rows cannot score chunks of {b}")
-        valid = np.arange(b)[None, None, :] < plan.sizes[:, :, None]  # (A, K, B): the chunks' real rows
-        probs = aux[..., 2:].reshape(a, k, -1, num_classes)[:, :, :b][valid]
+    if num_classes:
+        # a chunk's scores are its rows' in order, a padded call's padding last: a client's real rows come first
+        valid = np.arange(b)[None, None, :] < plan.sizes[:, :, None]  # (A, K, B)
+        probs = aux[..., 2:].reshape(a, k, b, num_classes)[valid]
         labels = y[plan.rows[torch.as_tensor(valid, device=plan.rows.device)]].cpu().numpy()
         groups = np.broadcast_to(np.arange(a)[:, None, None], valid.shape)[valid]
         out["auc"] = micro_auc(probs, labels, groups, a)

@@ -158,16 +158,13 @@ def _batched_sgd_step(model: torch.nn.Module, sgd: SGD):
     return step
 
 
-def make_eval_step(model: torch.nn.Module, rows: int = 0):
-    """Forward only: (sum of cross-entropy, number correct) for one chunk of rows; with ``rows`` > 0 also the
-    chunk's softmax probabilities, (rows, C) flattened with zero rows padding a shorter chunk (the test AUC's
-    scores, compute/metrics.py). ``step.aux_size`` says how many numbers a step returns, given C."""
+def make_eval_step(model: torch.nn.Module, scores: bool = False):
+    """Forward only: (sum of cross-entropy, number correct) for one chunk of rows; with ``scores`` followed by the
+    chunk's softmax probabilities, (rows, C) flattened, padded rows last (the test AUC's scores,
+    compute/metrics.py)."""
 
     def scored(out, values):
-        if not rows:
-            return values
-        probs = F.pad(F.softmax(out, dim=-1), (0, 0, 0, rows - out.shape[-2]))
-        return torch.cat([values, probs.flatten(-2).to(values.dtype)], dim=-1)
+        return torch.cat([values, F.softmax(out, dim=-1).flatten(-2).to(values.dtype)], dim=-1) if scores else values
 
     def step(carry, shared, x, y, w):
         out = functional_call(model, (carry["params"], carry["buffers"]), (x,))
@@ -176,9 +173,8 @@ def make_eval_step(model: torch.nn.Module, rows: int = 0):
         return {}, scored(out, torch.stack([loss, correct]))
 
     # the same step on a copy of the model, for threads (compute/parallel.py)
-    step.rebind = lambda m: make_eval_step(m, rows)
+    step.rebind = lambda m: make_eval_step(m, scores)
     step.graphable = True
-    step.aux_size = lambda num_classes: 2 + rows * num_classes
     if batched_forms.batchable(model):
         def batched(carry, shared, x, y, w):
             out = batched_forms.forward(model, carry["params"], x)
