@@ -565,6 +565,10 @@ def test_plans_name_the_papers_comparison():
         pytest.skip("the MNIST partition is not on this machine")
     plan = build_plan("mnist-pfl")
     assert plan.settings == ("practical",) and plan.table_algos == PAPER_METHODS and plan.shortened
+    assert {"partialfed", "partialfed-adaptive"} <= set(PAPER_METHODS)  # both PartialFed forms in Tables 2/3
+    # one data order for every method of the comparison, PFLlib's (each epoch reshuffled), and the plan says so
+    assert all(c.shuffle for c in plan.table("practical").configs() + plan.ala_table().configs())
+    assert any(n.startswith("data order") for n in plan.notes)
     assert {c.algo for c in plan.ala_table().configs()} >= {"fedala", "fedrep+ala", "partialfed+ala"}
     # each method of Table 4 keeps its round 1, where its run with ALA starts (tests/test_branch.py); no other
     kept = {c.algo for c in map(plan.recorded, plan.table("practical").configs()) if c.keep_states == "1"}

@@ -709,7 +709,7 @@ def test_fedavg_and_fedala_over_flowers_simulation_engine_equal_the_engine(tmp_p
     ConvergenceDisplay.from_runs([back, servers[0].run])
 
 
-@pytest.mark.parametrize("algo", ["perfedavg", "pfedme", "fedphp", "partialfed", "pfedme+ala"])
+@pytest.mark.parametrize("algo", ["perfedavg", "pfedme", "fedphp", "partialfed", "partialfed-adaptive", "pfedme+ala"])
 def test_the_pfl_baselines_that_split_equal_the_engine(algo):
     from fedala_lab.engine.simulate import simulate
     from fedala_lab.experiments.presets import preset

@@ -82,15 +82,19 @@ def test_two_fedfomo_rounds_are_its_paper(ragged, device):
         total = sum(max(v, 0) for v in w.values())
         combined = {k: v + sum(max(w[j], 0) / total * (first[j][k] - v) for j in others) if total > 0 else v
                     for k, v in own.items()}
-        x, y = fed.client_test(c)  # evaluated: the combined model, before training
-        np.testing.assert_allclose(run.clients.query("round == 2")["test_loss"].iloc[c],
-                                   _ce(combined, sim.model, x, y), rtol=0, atol=tol(device, STEP_TOL))
         final[c] = train(combined, c)
         for j in others:
             affinity[c, j] = w[j]
     for c, p in final.items():
         for k, v in p.items():
             torch.testing.assert_close(sim.local_params[k][c], v, atol=tol(device, STEP_TOL), rtol=0)
+    # evaluated (PFLlib's order: evaluate, then train, which combines first): each client's model as its last
+    # training left it, the initial model in round 1 and the round-1 model in round 2, never the combination
+    for t, shown in ((1, {c: g0 for c in range(5)}), (2, first)):
+        for c in range(5):
+            x, y = fed.client_test(c)
+            np.testing.assert_allclose(run.clients.query(f"round == {t}")["test_loss"].iloc[c],
+                                       _ce(shown[c], sim.model, x, y), rtol=0, atol=tol(device, STEP_TOL))
     # an affinity is a difference of two float32 validation losses (≈ 1.3, from the engine's batched sums and
     # from one module call here) over a model distance: measured 4.3e-7 apart, 2.5e-6 relative, the losses'
     # rounding magnified by their cancellation; rtol 1e-5 is 4x that (was 1e-4)
@@ -129,10 +133,15 @@ def test_fedfomo_with_fedavg_weights_is_fedavg_to_float_rounding(ragged, device)
     fl.register_algorithm("fomo-fedavg", FomoFedAvgWeights, params=fedfomo.PARAMS, modifiers=())
     cfg = small_cfg(device=device, **{**COMMON, "rounds": 3}, shuffle=True, fomo_m=4, fomo_val=0.0)
     sim_f, f = run_sim(cfg.replace(algo="fomo-fedavg"), ragged)
-    sim_a, a = run_sim(cfg.replace(algo="fedavg"), ragged)
+    sim_a, _ = run_sim(cfg.replace(algo="fedavg"), ragged)
     for k in sim_a.param_names:
         torch.testing.assert_close(sim_f.local_params[k], sim_a.local_params[k], atol=tol(device, STEP_TOL), rtol=0)
-    np.testing.assert_allclose(f.clients["test_loss"], a.clients["test_loss"], rtol=0, atol=tol(device, RUN_TOL))
+    # FedFomo evaluates each client's last trained model (PFLlib's order), FedAvg G: round 3 shows FedAvg's
+    # local models after round 2
+    two, _ = run_sim(cfg.replace(algo="fedavg", rounds=2), ragged)
+    want = two.evaluate(two.local_params, two.local_buffers, "test")
+    np.testing.assert_allclose(f.clients.query("round == 3")["test_loss"],
+                               want["loss_sum"] / want["num"], rtol=0, atol=tol(device, RUN_TOL))
 
 
 # -- APPLE ---------------------------------------------------------------------------------------------
@@ -148,48 +157,58 @@ def test_two_apple_rounds_are_its_paper(ragged, device):
     n = torch.as_tensor(fed.train_sizes, dtype=torch.float32, device=device)
     p, p0 = torch.full((5, 5), 0.2, device=device), n / n.sum()
     cores = {c: state(sim.model) for c in range(5)}
+    shown = dict(cores)  # PFLlib's self.model: the initial model, then the mix its last batch was taken at
     for t, lam in ((1, 1.0), (2, 0.5)):  # λ(t) = (1 + cos(π(t − 1)/2))/2, fading over 2 rounds
-        if t == 2:  # evaluated: Σ_j p_ij θ_j, before training
-            for c in range(5):
-                x, y = fed.client_test(c)
-                mixed = {k: sum(p[c, j] * cores[j][k] for j in range(5)) for k in names}
-                np.testing.assert_allclose(run.clients.query("round == 2")["test_loss"].iloc[c],
-                                           _ce(mixed, sim.model, x, y), rtol=0, atol=tol(device, STEP_TOL))
+        for c in range(5):  # evaluated (PFLlib's order: evaluate, then train): the model shown, before training
+            x, y = fed.client_test(c)
+            np.testing.assert_allclose(run.clients.query(f"round == {t}")["test_loss"].iloc[c],
+                                       _ce(shown[c], sim.model, x, y), rtol=0, atol=tol(device, STEP_TOL))
         start, new = dict(cores), {}
         for c in range(5):
             own, pc = dict(start[c]), p[c].clone()
             for xb, yb in batches(fed, c, cfg.batch_size):
                 mine = [own if j == c else start[j] for j in range(5)]
-                m = module(sim.model, {k: sum(pc[j] * mine[j][k] for j in range(5)) for k in names})
+                mixed = {k: sum(pc[j] * mine[j][k] for j in range(5)) for k in names}
+                m = module(sim.model, mixed)
                 g = dict(zip(names, torch.autograd.grad(F.cross_entropy(m(xb), yb), list(m.parameters()))))
                 g_p = torch.stack([sum((g[k] * mine[j][k]).sum() for k in names) for j in range(5)])
                 own = {k: v - lr * pc[c] * g[k] for k, v in own.items()}  # ∂ℓ/∂θ_i = p_ii·g
                 pc = pc - dr * (g_p + lam * mu * (pc - p0))
+                shown[c] = mixed
             new[c], p[c] = own, pc
         cores = new
     for c in range(5):
         for k in names:
             torch.testing.assert_close(sim.local_params[k][c], cores[c][k], atol=tol(device, STEP_TOL), rtol=0)
     torch.testing.assert_close(sim.state.p, p, atol=tol(device, STEP_TOL), rtol=0)
+    for c in range(5):  # what round 3 would show
+        for k in names:
+            torch.testing.assert_close(sim.state.shown[k][c], shown[c][k], atol=tol(device, STEP_TOL), rtol=0)
     model = sim.setup.param_bytes()
     assert run.rounds["bytes_down"].tolist() == [5 * 4 * model] * 2  # every client, the other N − 1 cores
     assert run.rounds["bytes_up"].tolist() == [5 * model] * 2
 
 
-def test_apple_with_uniform_p_and_no_p_learning_personalises_to_the_mean(ragged):
+def test_apple_without_p_learning_keeps_p_uniform_and_shows_its_last_mix(ragged):
     cfg = small_cfg(**COMMON, algo="apple", apple_dr_lr=0.0)
-    sim, _ = run_sim(cfg, ragged)
+    sim, run = run_sim(cfg, ragged)
     assert torch.equal(sim.state.p, torch.full((5, 5), 0.2))  # never learned
-    mixed = sim.algo.personalise(sim.round_view(3))["params"]
-    for k, v in sim.local_params.items():  # Σ 0.2 θ_j against mean(): other sums, STEP_TOL
-        torch.testing.assert_close(mixed[k], v.mean(0, keepdim=True).expand_as(v), atol=STEP_TOL, rtol=0)
+    # round 2 shows the mix at each client's last batch of round 1: the initial cores' uniform mix (the initial
+    # model, as round 1 shows) for a client with one batch, its own core moved by its earlier steps otherwise
+    rows = run.clients.set_index(["round", "client"])
+    for c in range(5):
+        moved = rows.loc[(2, c), "test_loss"] != rows.loc[(1, c), "test_loss"]
+        assert moved == (rows.loc[(1, c), "local_steps"] > 1), c
+    shown = sim.algo.personalise(sim.round_view(3))["params"]
+    for k, v in sim.local_params.items():  # the mix of the last step, not of the trained cores
+        assert shown[k].shape == v.shape and not torch.equal(shown[k], v)
 
 
 class AppleOnItself(apple.APPLE):
     """APPLE whose relationship vectors start all on the client's own core model."""
 
     def init_state(self, setup):
-        return apple.AppleState(torch.eye(setup.num_clients, device=setup.device))
+        return apple.AppleState(torch.eye(setup.num_clients, device=setup.device), super().init_state(setup).shown)
 
 
 def test_apple_with_p_on_itself_is_local_to_float_rounding(ragged, device):
@@ -201,7 +220,11 @@ def test_apple_with_p_on_itself_is_local_to_float_rounding(ragged, device):
     sim_l, lo = run_sim(cfg.replace(algo="local"), ragged)
     for k in sim_l.param_names:
         torch.testing.assert_close(sim_a.local_params[k], sim_l.local_params[k], atol=tol(device, STEP_TOL), rtol=0)
-    np.testing.assert_allclose(a.clients["test_loss"], lo.clients["test_loss"], rtol=0, atol=tol(device, RUN_TOL))
+    # both show the initial model in round 1; later APPLE shows the model its last step was taken at, one step
+    # before Local's trained model
+    first = lo.clients["round"] == 1
+    np.testing.assert_allclose(a.clients["test_loss"][first], lo.clients["test_loss"][first], rtol=0,
+                               atol=tol(device, RUN_TOL))
 
 
 # -- both ----------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Per-FedAvg, pFedMe and PartialFed (the FedALA paper's pFL baselines): rounds ≡ plain-torch transcriptions of
-their papers, their oracles (Per-FedAvg(FO) with β = α moves by the second of two SGD steps and is evaluated
-after one; pFedMe with K = 1, lr·λ = 1, β = 1 is FedAvg at the personal lr; PartialFed loading every layer is
-FedAvg, loading none is Local), the vectorised backend against the loop, and +ALA on each.
+their papers (PartialFed-Fix's and PartialFed-Adaptive's rules), their oracles (Per-FedAvg(FO) with β = α moves
+by the second of two SGD steps and is evaluated after one; pFedMe with K = 1, lr·λ = 1, β = 1 is FedAvg at the
+personal lr; PartialFed loading every layer is FedAvg, loading none is Local; PartialFed-Adaptive without a
+strategy step is FedAvg), the vectorised backend against the loop, and +ALA on each (Fix).
 
 A transcription (nn.Modules, one client at a time) and the engine compute the same arithmetic in other orders:
 they agree to float rounding, STEP_TOL for one or two rounds' models, RUN_TOL for losses and for runs of
@@ -17,10 +18,12 @@ import torch
 from conftest import RUN_TOL, STEP_TOL, assert_same_run, run_sim, small_cfg, tol
 from pfl_oracles import batches, client_test_loss, grads, mean, module, sgd, state
 from torch import nn
+from torch.nn import functional as F
 
-from fedala_lab.algorithms.partialfed import kept_local
+from fedala_lab.algorithms.partialfed import kept_local, layers
 from fedala_lab.algorithms.perfedavg import pairs
 from fedala_lab.compute.backends import BatchPlan
+from fedala_lab.compute.rng import PARTIALFED_NOISE, generator
 from fedala_lab.engine.simulate import Simulation
 from fedala_lab.errors import RunCancelled
 from fedala_lab.models import BlockNet
@@ -190,10 +193,66 @@ def test_partialfed_keeps_batch_norm_local():
     assert kept_local(net, 0, batch_norm=False) == set()
 
 
-# -- all three -----------------------------------------------------------------------------------------
+# -- PartialFed-Adaptive -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("algo", ["perfedavg", "pfedme", "partialfed"])
+def test_two_partialfed_adaptive_rounds_are_its_rule(ragged, device):
+    # round 1: every logit 0 and L = G, so its gradient is 0 and every layer loads G (FedAvg's round). Round 2,
+    # each client: one straight-through Gumbel-sigmoid step of its logits on its first batch, then G into the
+    # layers whose logit is ≥ 0 and its own model elsewhere (transcribed with an nn.Module and autograd)
+    cfg = small_cfg(device=device, **COMMON, rounds=2, algo="partialfed-adaptive", partialfed_lr=5.0,
+                    partialfed_tau=0.5, backend="loop", snapshot_clients="all")
+    sim, run = run_sim(cfg, ragged)
+    fed, g0 = sim.data, state(sim.model)
+    groups = layers(sim.model)
+    assert groups == [["fc1.1.weight", "fc1.1.bias"], ["fc2.0.weight", "fc2.0.bias"], ["fc.weight", "fc.bias"]]
+    own = {c: state(sgd(module(sim.model, g0), batches(fed, c, cfg.batch_size), cfg.lr)) for c in CLIENTS}
+    g = mean(own, fed.train_sizes)
+    starts, logits = {}, {}
+    for c in CLIENTS:
+        u = generator(cfg.seed, 2, c, PARTIALFED_NOISE).uniform(1e-12, 1.0, len(groups))
+        noise = torch.as_tensor(np.log(u) - np.log1p(-u), dtype=torch.float32, device=device)
+        s = torch.zeros(len(groups), device=device, requires_grad=True)
+        soft = torch.sigmoid((s + noise) / cfg.partialfed_tau)
+        a = (soft > 0.5).float() + soft - soft.detach()
+        theta = {n: own[c][n] + a[i] * (g[n] - own[c][n]) for i, names in enumerate(groups) for n in names}
+        m = module(sim.model, {k: v.detach() for k, v in theta.items()})
+        xb, yb = batches(fed, c, cfg.batch_size)[0]
+        out = torch.func.functional_call(m, theta, (xb,))
+        (grad,) = torch.autograd.grad(F.cross_entropy(out, yb), [s])
+        logits[c] = (s - cfg.partialfed_lr * grad).detach()
+        starts[c] = {n: g[n] if logits[c][i] >= 0 else own[c][n] for i, names in enumerate(groups) for n in names}
+    # the logits: the same gradient through other kernels (STEP_TOL; measured on the CPU 1.5e-8); the starts
+    # copy whole layers, so once the decisions agree they agree to the round-1 models' rounding
+    torch.testing.assert_close(sim.state.s, torch.stack([logits[c] for c in CLIENTS]), atol=tol(device, STEP_TOL),
+                               rtol=0)
+    mixed = set()
+    for c in CLIENTS:  # round 2's starts: whole layers of G or of the client's own model
+        flat = torch.from_numpy(run.arrays[f"snap_start/{c}"][1]).to(device)
+        want = torch.cat([starts[c][k].reshape(-1) for k in g0])
+        torch.testing.assert_close(flat, want, atol=tol(device, STEP_TOL), rtol=0)
+        mixed |= {bool(v >= 0) for v in logits[c]}
+    assert mixed == {True, False}  # some layers loaded G, some stayed local
+    round1 = run.arrays["snap_start/0"][0]
+    assert np.array_equal(round1, torch.cat([v.reshape(-1) for v in g0.values()]).cpu().numpy())  # loads all
+
+
+def test_partialfed_adaptive_without_a_strategy_step_is_fedavg(ragged):
+    # η_s = 0: the logits stay 0, every layer loads G every round, and the server averages whole models
+    cfg = small_cfg(**COMMON, rounds=3, shuffle=True, join_ratio=0.6)
+    sim_p, run_p = run_sim(cfg.replace(algo="partialfed-adaptive", partialfed_lr=0.0), ragged)
+    sim_o, run_o = run_sim(cfg.replace(algo="fedavg"), ragged)
+    for part in ("global_params", "local_params"):
+        for k, v in getattr(sim_o, part).items():
+            assert torch.equal(getattr(sim_p, part)[k], v), (part, k)
+    assert run_p.clients["test_loss"].equals(run_o.clients["test_loss"])
+    assert run_p.rounds["bytes_up"].equals(run_o.rounds["bytes_up"])
+
+
+# -- all of them ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algo", ["perfedavg", "pfedme", "partialfed", "partialfed-adaptive"])
 def test_vectorised_matches_loop_to_float_rounding(algo, ragged, device):
     cfg = small_cfg(device=device, algo=algo, **COMMON, rounds=2, shuffle=True, join_ratio=0.6, drop_last=False)
     sim_v, v = run_sim(cfg, ragged)

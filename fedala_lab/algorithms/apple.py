@@ -5,8 +5,10 @@ how much of each client's core model its personalised model takes (its relations
     θ_i  ← θ_i − η · p_ii · g
     p_ij ← p_ij − η_p · (⟨g, θ_j⟩ + λ(t)·μ·(p_ij − p⁰_j)),   λ(t) fading to 0 over ``apple_fade_rounds``
 
-Evaluated: each client's personalised model θ̃_i. Hyper-parameters, communication and the departures from
-the official code and PFLlib: docs/methods.md#apple.
+Evaluated: each client's personalised model θ̃_i as its last training step computed it (the one its last
+batch's gradient was taken at, PFLlib's ``self.model`` when it evaluates; the initial model before its first
+training). Hyper-parameters, communication and the departures from the official code and PFLlib:
+docs/methods.md#apple.
 """
 
 from __future__ import annotations
@@ -22,14 +24,17 @@ from ..compute.steps import recipe_step, weighted_ce
 from ..compute.workers import InPlaceModel
 from ..params import Float, Int, Param
 from .base import Aggregated, Algorithm, Round, Sent, Setup, Trained, Work
+from .ditto import personal_models
 from .registry import make_spec
 
 
 @dataclass
 class AppleState:
-    """Every client's directed relationship vector: row i is p_i, (N, N)."""
+    """Every client's directed relationship vector (row i is p_i, (N, N)) and personalised model as its last
+    training step computed it (``shown``: (N, *shape) per parameter, what the round evaluates)."""
 
     p: torch.Tensor
+    shown: dict[str, torch.Tensor]
 
 
 def schedule(t: int, span: int) -> float:
@@ -37,31 +42,27 @@ def schedule(t: int, span: int) -> float:
     return 0.5 * (1 + math.cos(math.pi * (t - 1) / span)) if t - 1 < span else 0.0
 
 
-def personalised(p: torch.Tensor, cores: dict) -> dict:
-    """θ̃ = p @ θ: each row of ``p`` (A, N) mixes the N core models (N, …) into one model (A, …)."""
-    return {n: torch.tensordot(p.to(v.dtype), v, dims=1) for n, v in cores.items()}
-
-
 def make_apple_step(model: torch.nn.Module, lr: float, lr_p: float):
     """One APPLE step for one client and one batch, θ_i at ``lr`` and p_i at ``lr_p``. carry: ``params`` (its
     core model θ_i), ``buffers``, ``p`` (p_i, (N,)), ``me`` (one-hot of i, (N,)), ``start`` (θ_i as the others
-    downloaded it); shared: ``cores`` (the N downloaded core models, (N, …)), ``p0`` ((N,)), ``prox`` (λ(t)·μ, a
-    0-d tensor)."""
+    downloaded it), ``shown`` (replaced by this step's personalised model θ̃); shared: ``cores`` (the N
+    downloaded core models, (N, …)), ``p0`` ((N,)), ``prox`` (λ(t)·μ, a 0-d tensor)."""
 
     def loss_fn(own, p, cores, me, start, buffers, x, y, w):
         # θ̃ = Σ_j p_j θ_j, the client's current core replacing the downloaded copy of its own
         p_own = (p * me).sum()
         theta = {n: torch.tensordot(p, cores[n], dims=1) + p_own * (own[n] - start[n]) for n in own}
-        return weighted_ce(functional_call(model, (theta, buffers), (x,)), y, w)
+        return weighted_ce(functional_call(model, (theta, buffers), (x,)), y, w), theta
 
-    g_and_v = grad_and_value(loss_fn, argnums=(0, 1))
+    g_and_v = grad_and_value(loss_fn, argnums=(0, 1), has_aux=True)
 
     def step(carry, shared, x, y, w):
         p = carry["p"]
-        (g_own, g_p), loss = g_and_v(carry["params"], p, shared["cores"], carry["me"], carry["start"],
-                                     carry["buffers"], x, y, w)
+        (g_own, g_p), (loss, theta) = g_and_v(carry["params"], p, shared["cores"], carry["me"], carry["start"],
+                                              carry["buffers"], x, y, w)
         params = {n: v - lr * g_own[n] for n, v in carry["params"].items()}
-        return {"params": params, "p": p - lr_p * (g_p + shared["prox"] * (p - shared["p0"]))}, loss.reshape(1)
+        return {"params": params, "p": p - lr_p * (g_p + shared["prox"] * (p - shared["p0"])),
+                "shown": theta}, loss.reshape(1)
 
     return step
 
@@ -99,6 +100,9 @@ class AppleTrainer:
                         torch.addmv(diff[k], cores[k].t(), p, beta=p_own, out=param.view(-1))
                     else:  # a channels-last conv weight: in the parameter's order, then copied
                         param.copy_(torch.addmv(diff[k], cores[k].t(), p, beta=p_own).view(param.shape))
+                if b == len(sizes) - 1:  # the personalised model of the last step: what the next round shows
+                    for k, param in net.all.items():
+                        carry["shown"][k].copy_(param)
             loss = weighted_ce(net.model(xb), yb, x.new_ones(int(s)))
             loss.backward()
             with torch.no_grad():
@@ -130,26 +134,30 @@ class APPLE(Algorithm):
 
     def init_state(self, setup: Setup) -> AppleState:
         n = setup.num_clients
-        return AppleState(torch.full((n, n), 1 / n, device=setup.device))
+        return AppleState(torch.full((n, n), 1 / n, device=setup.device), personal_models(setup)[0])
 
     def initialise(self, rnd: Round, clients: torch.Tensor) -> Sent:
         """Each client downloads the others' core models (its own stays its local model)."""
         return Sent({}, len(clients) * (rnd.num_clients - 1) * rnd.param_bytes())
 
     def personalise(self, rnd: Round) -> dict:
-        # The server's copy of a core model is always the client's: a client that trains uploads, a dropped
-        # straggler trains nothing. So the local models are the cores every client downloaded this round.
-        return {"params": personalised(rnd.state.p, rnd.local_params), "buffers": rnd.local_buffers}
+        """Evaluated: each client's personalised model as its last training step computed it (PFLlib evaluates
+        ``self.model``, which its last batch's mixing wrote; the initial model before any training)."""
+        return {"params": rnd.state.shown, "buffers": rnd.local_buffers}
 
     def local_train(self, rnd: Round, work: Work) -> Trained:
         c = work.clients
         n = torch.as_tensor(rnd.data.train_sizes, dtype=torch.float32, device=rnd.device)
         prox = schedule(rnd.t, self.cfg.apple_fade_rounds) * self.cfg.apple_mu
-        carry = {**rnd.models(c), "p": rnd.state.p[c], "start": {k: v[c] for k, v in rnd.local_params.items()},
-                 "me": torch.nn.functional.one_hot(c, rnd.num_clients).to(rnd.state.p.dtype)}
+        st = rnd.state
+        carry = {**rnd.models(c), "p": st.p[c], "start": {k: v[c] for k, v in rnd.local_params.items()},
+                 "me": torch.nn.functional.one_hot(c, rnd.num_clients).to(st.p.dtype),
+                 "shown": {k: v[c] for k, v in st.shown.items()}}
         shared = {"cores": rnd.local_params, "p0": n / n.sum(), "prox": torch.tensor(prox, device=rnd.device)}
         out, aux = rnd.run_steps(self.step, carry, work.plan, shared)
-        rnd.state.p[c] = out["p"]
+        st.p[c] = out["p"]
+        for k, v in st.shown.items():  # a client without a step (a dropped straggler) keeps what it showed
+            v[c] = out["shown"][k]
         return Trained(out["params"], out["buffers"], aux[..., 0], work.plan.sizes > 0)
 
     def aggregate(self, rnd: Round, senders: torch.Tensor) -> Aggregated:

@@ -155,6 +155,7 @@ class Setup:
         self._steps: dict[SGD, Callable] = {}
         self._plans: dict = {}
         self.eval_step = make_eval_step(model)
+        self.score_step = make_eval_step(model, scores=True)  # the round's test evaluation: each row's scores too
 
     @property
     def num_clients(self) -> int:
@@ -198,25 +199,28 @@ class Setup:
 
     def plan(self, t: int, clients: torch.Tensor | Sequence[int], *, epochs: int | None = None,
              steps: int | None = None, stream: int = streams.TRAIN_ORDER,
-             limits: dict[int, int] | None = None, sizes: Sequence[int] | None = None) -> BatchPlan:
+             limits: dict[int, int] | None = None, sizes: Sequence[int] | None = None,
+             start: Sequence[int] | None = None) -> BatchPlan:
         """Local SGD batches of ``clients`` in round ``t``: ``epochs`` passes over each one's train split, or
         exactly ``steps`` batches; ``limits`` cuts some clients' work to their first so many batches; ``sizes``
         (one per client, in the order of ``clients``) trains on the first so many rows of each split only (FedFomo
-        holds the rest out for validation). Reference order unless ``cfg.shuffle`` (compute/plans.py). Plans that
-        do not change from round to round are kept."""
+        holds the rest out for validation); ``start`` (with ``steps``, one per client) continues each client's pass
+        from the batch it reached, whatever the round (compute/plans.py ``stream_batches``: FedLAMA). Reference
+        order unless ``cfg.shuffle`` (compute/plans.py). Plans that do not change from round to round are kept."""
         cfg = self.cfg
         ids = tuple(int(c) for c in (clients.cpu().tolist() if torch.is_tensor(clients) else clients))
         rows = tuple(int(self.data.train_sizes[c]) for c in ids) if sizes is None else tuple(int(n) for n in sizes)
         key = (ids, epochs, steps, stream, rows)
-        cache = not cfg.shuffle and not limits
+        cache = not cfg.shuffle and not limits and start is None
         if cache and key in self._plans:
             return self._plans[key]
         offs = self.data.train_offsets
         batches = []
-        for c, n in zip(ids, rows):
-            seq = plans.train_batches(n, int(offs[c]), batch_size=cfg.batch_size, drop_last=cfg.drop_last,
-                                      shuffle=cfg.shuffle, seed=cfg.seed, t=t, client=c, epochs=epochs, steps=steps,
-                                      stream=stream)
+        for i, (c, n) in enumerate(zip(ids, rows)):
+            common = {"batch_size": cfg.batch_size, "drop_last": cfg.drop_last, "shuffle": cfg.shuffle,
+                      "seed": cfg.seed, "client": c, "stream": stream}
+            seq = plans.train_batches(n, int(offs[c]), t=t, epochs=epochs, steps=steps, **common) if start is None \
+                else plans.stream_batches(n, int(offs[c]), start=int(start[i]), steps=steps, **common)
             batches.append(seq[:limits[c]] if limits and c in limits else seq)
         plan = BatchPlan.from_batches(batches, self.device, clients=ids)
         if cache:
@@ -349,13 +353,14 @@ class Round:
 
     def plan(self, clients: torch.Tensor, *, epochs: int | None = None, steps: int | None = None,
              stream: int = streams.TRAIN_ORDER, limits: dict[int, int] | None = None,
-             sizes: Sequence[int] | None = None) -> BatchPlan:
+             sizes: Sequence[int] | None = None, start: Sequence[int] | None = None) -> BatchPlan:
         """Local SGD batches of ``clients`` this round: ``epochs`` passes over each one's train split, or exactly
         ``steps`` batches; ``limits`` cuts some clients' work to their first so many batches; ``sizes`` trains
-        on the first so many rows of each split only (FedFomo's validation rows). A stream of your own
-        (``stream=``) draws its own order when ``cfg.shuffle`` (:meth:`Setup.plan`)."""
+        on the first so many rows of each split only (FedFomo's validation rows); ``start`` continues each
+        client's pass from the batch it reached (FedLAMA). A stream of your own (``stream=``) draws its own order
+        when ``cfg.shuffle`` (:meth:`Setup.plan`)."""
         return self._setup.plan(self.t, clients, epochs=epochs, steps=steps, stream=stream, limits=limits,
-                                sizes=sizes)
+                                sizes=sizes, start=start)
 
     def backend_for(self, num_params: int):
         """The backend that runs a per-client step through ``num_params`` parameters (:meth:`Setup.backend_for`:
@@ -404,21 +409,28 @@ class Round:
         return out
 
     def evaluate(self, params: dict, buffers: dict, split: str = "test",
-                 clients: torch.Tensor | None = None) -> dict[str, np.ndarray]:
+                 clients: torch.Tensor | None = None, *, auc: bool = False) -> dict[str, np.ndarray]:
         """Sum of losses, number correct and number of rows per client on its ``split``, of every client's model
-        (``params``/``buffers``: (N, …)) or of ``clients``' only."""
+        (``params``/``buffers``: (N, …)) or of ``clients``' only; with ``auc`` also each one's micro-averaged AUC
+        (``"auc"``, a fraction: compute/metrics.py)."""
         plan = self._setup.eval_plan(split)
         if clients is not None:
             picked = self.models(clients, params, buffers)
             params, buffers = picked["params"], picked["buffers"]
             plan = plan.take(clients.cpu().numpy())
-        return self.evaluate_batches(params, buffers, plan, split)
+        return self.evaluate_batches(params, buffers, plan, split, auc=auc)
 
-    def evaluate_batches(self, params: dict, buffers: dict, plan: BatchPlan, split: str = "train") -> dict:
+    def evaluate_batches(self, params: dict, buffers: dict, plan: BatchPlan, split: str = "train", *,
+                         auc: bool = False) -> dict:
         """Sum of losses, number correct and number of rows of each model (one per row of ``params``/``buffers``)
-        on the rows of ``split`` that its row of ``plan`` names (rows of your own: FedFomo's validation rows)."""
+        on the rows of ``split`` that its row of ``plan`` names (rows of your own: FedFomo's validation rows);
+        ``auc`` as :meth:`evaluate` (the plan's chunks no wider than an evaluation chunk)."""
         x, y = (self.data.train_x, self.data.train_y) if split == "train" else (self.data.test_x, self.data.test_y)
-        return plans.evaluate(self._setup.backend, self._setup.eval_step, self.model, params, buffers, x, y, plan)
+        setup = self._setup
+        if auc:
+            return plans.evaluate(setup.backend, setup.score_step, self.model, params, buffers, x, y, plan,
+                                  self.data.num_classes)
+        return plans.evaluate(setup.backend, setup.eval_step, self.model, params, buffers, x, y, plan)
 
     # -- records -----------------------------------------------------------------------------------
 

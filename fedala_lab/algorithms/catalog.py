@@ -29,6 +29,7 @@ for _modifier in (ala.MODIFIER, finetune.MODIFIER):
     register_modifier(_modifier)
 # the FedALA paper's order: traditional FL, then its pFL baselines by category (its related work)
 for _spec in (fedavg.SPEC, fedprox.SPEC, local.SPEC, fedlama.SPEC, perfedavg.SPEC, fedrep.SPEC, pfedme.SPEC,
-              ditto.SPEC, fedamp.SPEC, fedphp.SPEC, fedfomo.SPEC, apple.SPEC, partialfed.SPEC):
+              ditto.SPEC, fedamp.SPEC, fedphp.SPEC, fedfomo.SPEC, apple.SPEC, partialfed.SPEC,
+              partialfed.ADAPTIVE_SPEC):
     register_spec(_spec)
 register_alias("fedala", "fedavg+ala", Look("FedALA", "tab:blue"))

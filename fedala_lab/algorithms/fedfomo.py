@@ -5,8 +5,9 @@ clients' models that lower its own validation loss, weighted by how much they lo
     θ_i ← θ_i + Σ_j w̄_ij (θ_j − θ_i),   w̄_ij = max(w_ij, 0) / Σ_k max(w_ik, 0)
     P_ij ← P_ij + w_ij                                       the server's affinities, for the next choice
 
-then E epochs of SGD on the rest of its train split. Hyper-parameters (PFLlib's), communication and the
-departures from the paper and PFLlib: docs/methods.md#fedfomo.
+then E epochs of SGD on the rest of its train split; the update is the first part of local training, so the
+round evaluates each client's model as its last training left it (PFLlib's order). Hyper-parameters (PFLlib's),
+communication and the departures from the paper and PFLlib: docs/methods.md#fedfomo.
 """
 
 from __future__ import annotations
@@ -113,30 +114,37 @@ class FedFomo(Algorithm):
         return fomo_weights(losses[owner] - losses[a:], distance, owner, a)
 
     def initialise(self, rnd: Round, clients: torch.Tensor) -> Sent:
+        """The downloads: M models per client (counted here; the combination is part of local training, so that
+        the round evaluates each client's model as its last training left it, as PFLlib does)."""
+        size = rnd.param_bytes()
+        counts = [len(self.pick(rnd, int(c))) * size for c in clients]
+        return Sent({}, sum(counts), client_bytes=counts)
+
+    def combine(self, rnd: Round, clients: torch.Tensor) -> dict:
+        """Each client's model after the federated update: θ_i + Σ_j w̄_ij (θ_j − θ_i) over its downloads (its
+        own model where it downloaded nothing: round 1); the server's affinities P_ij gain w_ij."""
         st = rnd.state
+        own = {n: rnd.local_params[n][clients] for n in rnd.param_names}
         chosen = [self.pick(rnd, int(c)) for c in clients]
         if not any(chosen):  # nothing uploaded yet (round 1): every client keeps its model
-            return Sent({}, 0)
+            return own
         owner = torch.as_tensor([a for a, js in enumerate(chosen) for _ in js], device=rnd.device)
         picked = torch.as_tensor([j for js in chosen for j in js], device=rnd.device)
-        own = {n: rnd.local_params[n][clients] for n in rnd.param_names}
         theirs = {n: st.models[n][picked] for n in rnd.param_names}
         w, mix = self.weights(rnd, clients, owner, picked, own, theirs)
         st.affinity.index_put_((clients[owner], picked), w.to(st.affinity.dtype), accumulate=True)
-        size = rnd.param_bytes()
-        return Sent({}, len(picked) * size, rows=fomo_combine(own, theirs, mix, owner),
-                    client_bytes=[len(js) * size for js in chosen])
+        return fomo_combine(own, theirs, mix, owner)
 
     def local_train(self, rnd: Round, work: Work) -> Trained:
-        """E epochs of SGD on the train part of each split (the validation rows held out); a straggler does at
-        most the steps the engine gave it."""
+        """The federated update (:meth:`combine`), then E epochs of SGD from it on the train part of each split
+        (the validation rows held out); a straggler does at most the steps the engine gave it."""
         ids = work.clients.cpu().numpy()
         n = rnd.data.train_sizes[ids]
         steps = self.local_steps or self.cfg.local_steps
         plan = rnd.plan(work.clients, epochs=None if steps else self.cfg.local_epochs, steps=steps,
                         limits=dict(zip(ids.tolist(), work.plan.num_steps.tolist())),
                         sizes=n - held_out(n, self.cfg.fomo_val))
-        return rnd.train(work.clients, plan)
+        return rnd.train(work.clients, plan, start={"params": self.combine(rnd, work.clients)})
 
     def aggregate(self, rnd: Round, senders: torch.Tensor) -> Aggregated:
         """The server keeps each sender's model for the clients that will download it."""

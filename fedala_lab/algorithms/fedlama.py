@@ -6,14 +6,16 @@ l is averaged every τ_l ∈ {τ0, φ·τ0} local steps, the layers whose client
     every φ rounds, layers sorted by d_l ascending: the first get φ·τ0 while δ_l < 1 − λ_l
         (δ_l: their share of the discrepancy, λ_l: of the parameters); the others keep τ0
 
-φ = 1 is FedAvg. What a layer is, partial participation (a draw per window), evaluation (``lama_eval``), the
-tables it records (``lama_layers``, ``lama_adjust``), FedLAMA+ALA and every departure from the paper and the
-authors' code: docs/methods.md#fedlama; the rule's evidence: docs/design.md#fedlama.
+Each client's τ0 steps continue its pass over its data from where its last round stopped (the authors stream
+their data through an iterator kept across rounds), in the stored order or, with ``shuffle``, each pass in an
+order of its own. φ = 1 is FedAvg on those batches. What a layer is, partial participation (a draw per window),
+evaluation (``lama_eval``), the tables it records (``lama_layers``, ``lama_adjust``), FedLAMA+ALA and every
+departure from the paper and the authors' code: docs/methods.md#fedlama; the rule's evidence:
+docs/design.md#fedlama.
 """
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,7 +23,7 @@ import torch
 
 from ..errors import ConfigError
 from ..params import Choice, Int, Param
-from .base import Aggregated, Algorithm, Round, Sent, Setup, draw_clients
+from .base import Aggregated, Algorithm, Round, Sent, Setup, Trained, Work, draw_clients
 from .registry import Look, make_spec
 
 TABLE_LAYERS = "lama_layers"
@@ -34,6 +36,7 @@ class LAMAState:
 
     interval: torch.Tensor  # (L,) int64: τ_l / τ0, 1 or φ
     kappa: torch.Tensor  # (L,) int64: how often the layer was averaged so far (κ_l)
+    cursor: torch.Tensor  # (N,) int64: the local batches each client has taken so far, its place in its data
 
 
 def window_start(t: int, phi: int) -> int:
@@ -79,10 +82,10 @@ class FedLAMA(Algorithm):
         self.local_steps = self.cfg.tau0
 
     def init_state(self, setup: Setup) -> LAMAState:
-        _warn_replayed_batches(setup)
         n, dev = len(self.names), setup.device
         return LAMAState(interval=torch.ones(n, dtype=torch.int64, device=dev),
-                         kappa=torch.zeros(n, dtype=torch.int64, device=dev))
+                         kappa=torch.zeros(n, dtype=torch.int64, device=dev),
+                         cursor=torch.zeros(setup.num_clients, dtype=torch.int64, device=dev))
 
     def select(self, rnd: Round) -> torch.Tensor:
         # Partial participation: one draw of active clients per φ-round window (module docstring).
@@ -102,6 +105,14 @@ class FedLAMA(Algorithm):
         n = rnd.num_clients
         return {"params": {k: v.unsqueeze(0).expand(n, *v.shape) for k, v in rnd.global_params.items()},
                 "buffers": rnd.local_buffers}
+
+    def local_train(self, rnd: Round, work: Work) -> Trained:
+        """τ0 SGD steps per client, continuing its pass over its data where its last round left it."""
+        st, c = rnd.state, work.clients
+        plan = rnd.plan(c, steps=self.local_steps, start=st.cursor[c].cpu().tolist())
+        trained = rnd.train(c, plan)
+        st.cursor[c] += torch.as_tensor(plan.num_steps, device=st.cursor.device)
+        return trained
 
     def aggregate(self, rnd: Round, senders: torch.Tensor) -> Aggregated:
         """Average the layers due at the end of round t, record d_l and κ_l, re-assign intervals every φ rounds."""
@@ -149,16 +160,6 @@ def evaluates_server(cfg) -> bool:
     """Whether a FedLAMA run evaluates the server's model every round (``lama_eval="server"`` without ALA);
     otherwise each client's current model, comparable with FedAvg's only at window starts."""
     return cfg.lama_eval == "server" and not cfg.algorithm.uses("ala")
-
-
-def _warn_replayed_batches(setup: Setup) -> None:
-    cfg = setup.cfg
-    if not cfg.shuffle:
-        per_epoch = setup.batches_per_epoch(setup.train_sizes)
-        if (per_epoch > cfg.tau0).any():
-            warnings.warn(f"{cfg.algo} with shuffle=False: a round of tau0={cfg.tau0} local steps replays the "
-                          f"same first batches of the {int((per_epoch > cfg.tau0).sum())} client(s) that hold "
-                          "more; set shuffle=True (the teach-fedlama preset does)", stacklevel=3)
 
 
 def _check(cfg) -> None:

@@ -1,11 +1,14 @@
-"""FedPHP (Li, Zhan, Shao, Li & Song, ECML-PKDD 2021): FedAvg, plus an inherited private model h_i per client —
-a moving average of its trained models — that supervises its local training.
+"""FedPHP (Li, Zhan, Shao, Li & Song, ECML-PKDD 2021): FedAvg whose clients inherit their past models and are
+supervised by a teacher's representation, by one of PFLlib's two rules (``fedphp_rule``; μ_t = μ·min(t − 1, R)/R,
+R = ``fedphp_ramp``):
 
-    w_i ← E epochs of SGD on (1 − λ)·CE(w; x, y) + λ·MMD²(φ_w(x), φ_{h_i}(x)), sent for FedAvg's mean
-    h_i ← μ_t·h_i + (1 − μ_t)·w_i,   μ_t = μ·min(t − 1, R)/R   (R = ``fedphp_ramp``)
+    "2022" (PFLlib from April 2022 to December 2024, the FedALA paper's):
+        w_i ← (1 − μ_t)·G + μ_t·w_i   (each client starts from G blended with its previous local model; evaluated)
+        w_i ← E epochs of SGD on (1 − λ)·CE(w; x, y) + λ·MMD²(φ_w(x), φ_G(x)), sent for FedAvg's mean
+    "2024" (PFLlib since December 2024): a private model h_i per client supervises, and is evaluated
+        w_i ← G;  E epochs of SGD on (1 − λ)·CE + λ·MMD²(φ_w(x), φ_{h_i}(x));  h_i ← μ_t·h_i + (1 − μ_t)·w_i
 
-Evaluated: each client's private model h_i. The kernel, the defaults and the departures from PFLlib:
-docs/methods.md#fedphp.
+The kernel, the defaults, the reference commits and the departures from PFLlib: docs/methods.md#fedphp.
 """
 
 from __future__ import annotations
@@ -22,8 +25,8 @@ from ..compute.steps import recipe_step, weighted_ce
 from ..compute.workers import InPlaceModel
 from ..errors import ConfigError
 from ..models import BlockNet, top_block_start
-from ..params import Float, Int, Param
-from .base import Algorithm, Round, Setup, Trained, Work
+from ..params import Choice, Float, Int, Param
+from .base import Algorithm, Round, Sent, Setup, Trained, Work
 from .ditto import personal_models
 from .registry import make_spec
 
@@ -128,38 +131,62 @@ class FedPHPState:
 
 
 class FedPHP(Algorithm):
-    """FedAvg whose clients keep a moving average of their trained models and match its representation."""
+    """FedAvg whose clients inherit their past models and match a teacher's representation (the module
+    docstring's two rules)."""
 
     def __init__(self, setup: Setup):
         super().__init__(setup)
         self.model = as_blocks(setup.model)
         self.step = recipe_step(self.model, make_php_step, trainer=PHPTrainer, lr=self.cfg.lr,
                                 lam=self.cfg.fedphp_lambda, top=top_block_start(self.model, 1))
+        self.private = self.cfg.fedphp_rule == "2024"
+        # 2022: PFLlib sends (and blends) to the round's clients only; the others keep, and show, their model
+        self.initialise_all = self.private
 
-    def init_state(self, setup: Setup) -> FedPHPState:
-        """Every private model the initial one."""
-        return FedPHPState(personal_models(setup)[0])
+    def mu(self, t: int) -> float:
+        """μ_t = μ·min(t − 1, R)/R (PFLlib counts rounds from 0 and ramps over its T rounds)."""
+        ramp = self.cfg.fedphp_ramp
+        return self.cfg.fedphp_mu * min(t - 1, ramp) / ramp
 
-    def personalise(self, rnd: Round) -> dict:
-        """Evaluated: the private models h_i."""
-        return {"params": rnd.state.params, "buffers": rnd.local_buffers}
+    def init_state(self, setup: Setup) -> FedPHPState | None:
+        """2024: every private model the initial one; 2022 keeps nothing beyond the local models."""
+        return FedPHPState(personal_models(setup)[0]) if self.private else None
+
+    def initialise(self, rnd: Round, clients: torch.Tensor) -> Sent:
+        """2022: (1 − μ_t)·G + μ_t·(the client's previous local model), PFLlib's ``set_parameters``; 2024: G."""
+        if self.private:
+            return rnd.send_global(clients)
+        mu = self.mu(rnd.t)
+        rows = {n: g * (1 - mu) + rnd.local_params[n][clients] * mu for n, g in rnd.global_params.items()}
+        return Sent({}, len(clients) * rnd.param_bytes(), rows=rows)
+
+    def personalise(self, rnd: Round) -> dict | None:
+        """Evaluated: 2024, the private models h_i; 2022, the local models as initialised (the blend)."""
+        return {"params": rnd.state.params, "buffers": rnd.local_buffers} if self.private else None
 
     def local_train(self, rnd: Round, work: Work) -> Trained:
-        """SGD on FedPHP's objective, supervised by h_i; then h_i inherits the trained model."""
-        c, h = work.clients, rnd.state.params
-        carry = {**rnd.models(c), "h": {n: v[c] for n, v in h.items()}}
-        out, aux = rnd.run_steps(self.step, carry, work.plan)
-        ramp = self.cfg.fedphp_ramp
-        mu = self.cfg.fedphp_mu * min(rnd.t - 1, ramp) / ramp
-        for n, v in h.items():
-            v[c] = mu * v[c] + (1 - mu) * out["params"][n]
+        """SGD on FedPHP's objective, supervised by h_i (2024: then h_i inherits the trained model) or by G (2022)."""
+        c = work.clients
+        if self.private:
+            teacher = {n: v[c] for n, v in rnd.state.params.items()}
+        else:
+            teacher = {n: g.unsqueeze(0).expand(len(c), *g.shape).clone() for n, g in rnd.global_params.items()}
+        out, aux = rnd.run_steps(self.step, {**rnd.models(c), "h": teacher}, work.plan)
+        if self.private:
+            mu = self.mu(rnd.t)
+            for n, v in rnd.state.params.items():
+                v[c] = mu * v[c] + (1 - mu) * out["params"][n]
         return Trained(out["params"], out["buffers"], aux[..., 0], work.plan.sizes > 0)
 
 
 PARAMS = (
-    Param("fedphp_mu", 0.9, Float(0, 1), "FedPHP: μ, how much of itself the private model keeps once the ramp is "
-          "done: h ← μ_t·h + (1 − μ_t)·w with μ_t = μ·min(t − 1, R)/R (PFLlib's mu; 0: h is the trained model)",
-          short="μ"),
+    Param("fedphp_rule", "2022", Choice(("2022", "2024")), "FedPHP: PFLlib's rule, 2022 (April 2022 to December "
+          "2024, the FedALA paper's: G supervises, each client starts from (1 − μ_t)·G + μ_t·its previous model, "
+          "evaluated) or 2024 (since December 2024: a private model h_i, the moving average of the trained models, "
+          "supervises and is evaluated; clients start from G)", short="rule {}"),
+    Param("fedphp_mu", 0.9, Float(0, 1), "FedPHP: μ, how much of the past is kept once the ramp is done, μ_t = "
+          "μ·min(t − 1, R)/R: 2022, of the client's previous model in its start (1 − μ_t)·G + μ_t·w; 2024, of the "
+          "private model h ← μ_t·h + (1 − μ_t)·w (PFLlib's mu; 0: G, or h the trained model)", short="μ"),
     Param("fedphp_ramp", 50, Int(1, 100_000), "FedPHP: R, the rounds over which μ_t grows from 0 to μ (PFLlib: "
           "the run's rounds; set it to them for PFLlib's schedule)"),
     Param("fedphp_lambda", 0.01, Float(0, 1), "FedPHP: λ, the weight of the MMD between the local and the private "

@@ -29,6 +29,7 @@ ROUND_METRICS = {
     "acc": "test accuracy (%)",
     "best_acc": "best test accuracy so far (%)",
     "acc_std": "std of client accuracies (percentage points)",
+    "auc": "test AUC (%)",
     "test_loss": "test loss",
     "train_loss": "train loss (selected clients, during training)",
     "init_loss": "train loss of initialised local models",

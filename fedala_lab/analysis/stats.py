@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError
-from ..record.run import Run, run_row
+from ..record.run import Run, auc_summary, run_row
 
 LEVEL = 0.95  # every interval's confidence level
 ALPHA = 1 - LEVEL  # the level a gap is told apart from noise at
@@ -49,12 +49,14 @@ WORST_SHARE = 0.10  # the share of clients the "worst" mean is over
 
 # The numbers one run gives, by name: pooled accuracy, then the clients' fairness numbers (all in %)
 FAIRNESS = ("worst10", "worst", "p10", "p50", "p90", "client_std")
-METRICS = ("best", "final", *(f"{k}_{f}" for k in ("final", "best") for f in FAIRNESS))
+AUC = ("best_auc", "final_auc")  # the pooled test AUC (%), where a run recorded it
+METRICS = ("best", "final", *(f"{k}_{f}" for k in ("final", "best") for f in FAIRNESS), *AUC)
 ACCURACY = ("best", "final")
 _FAIR_TITLE = {"worst10": "worst 10 % of clients", "worst": "worst client", "p10": "10th percentile of clients",
                "p50": "median client", "p90": "90th percentile of clients", "client_std": "std over clients"}
 TITLES = {"best": "best pooled acc %", "final": "final pooled acc %",
           **{f"{k}_{f}": f"{t}, {k} acc %" for k in ("final", "best") for f, t in _FAIR_TITLE.items()}}
+TITLES.update({f"{k}_auc": f"{k} pooled test AUC %" for k in ("best", "final")})
 TITLES.update({f"{k}_client_std": f"std over clients, {k} acc (points)" for k in ("final", "best")})
 
 AUTO = "auto"  # against=AUTO: FedAvg when one group is FedAvg, else no reference
@@ -216,7 +218,7 @@ def column(metric: str) -> str:
 def run_metrics(run: Run) -> dict:
     """Every number of :data:`METRICS` for one run (%), by its :func:`column`: ``best_acc`` and ``final_acc``
     (pooled) and :func:`fairness`."""
-    return {"best_acc": run.best_acc, "final_acc": run.final_acc, **fairness(run)}
+    return {"best_acc": run.best_acc, "final_acc": run.final_acc, **fairness(run), **auc_summary(run)}
 
 
 def with_fairness(frame: pd.DataFrame, runs: Sequence[Run]) -> pd.DataFrame:

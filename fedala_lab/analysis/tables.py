@@ -36,9 +36,11 @@ def accuracy_table(runs: Iterable[Run] | pd.DataFrame, by: Iterable[str] = ("alg
     reference (``against``: default FedAvg where the rows have an ``algo`` column and FedAvg is one of them; None
     for none), ``reference`` with ``{m}_diff``, ``{m}_diff_std``, ``{m}_diff_lo``, ``{m}_diff_hi``, ``{m}_p``
     (paired t), ``{m}_p_holm`` and ``{m}_p_wilcoxon``. ``metrics``: :data:`.stats.METRICS` names (default: best
-    and final; the fairness numbers need Run objects or their columns)."""
+    and final, with the best and final pooled test AUC (%) where the runs recorded it; the fairness numbers need
+    Run objects or their columns)."""
     by, metrics = list(by), list(metrics)
     df = runs if isinstance(runs, pd.DataFrame) else st.metrics_frame(runs, by)
+    metrics += [m for m in st.AUC if metrics == list(st.ACCURACY) and m in df and df[m].notna().any()]
     return st.wide(st.seed_stats(df, by, against=against, metrics=metrics), by, metrics)
 
 
@@ -338,16 +340,17 @@ def run_settings(cfg) -> str:
 def layout_table(stats: pd.DataFrame, rows: str = "algo", columns: str = "setting", which: str = "both",
                  digits: int = 2, row_order=None, column_order=None) -> pd.DataFrame:
     """Pivot an :func:`accuracy_table` frame into the paper's layout: one row per method, one column per
-    setting (``which="best"`` or ``"final"``), or two per setting (``"both"``: "best" and "final").
+    setting (``which="best"`` or ``"final"``), or two per setting (``"both"``: "best" and "final"; ``"auc"``:
+    the best and the final pooled test AUC, "best AUC" and "final AUC").
 
     Cells are the mean with its 95 % interval over seeds (:func:`ci_cell`: "95.24 ± 0.83"); a missing
     combination is "–".
     """
-    if which not in ("best", "final", "both"):
+    if which not in ("best", "final", "both", "auc"):
         from ..errors import ConfigError
 
-        raise ConfigError("which", which, "best, final or both")
-    kinds = ["best", "final"] if which == "both" else [which]
+        raise ConfigError("which", which, "best, final, both or auc")
+    kinds = {"both": ["best", "final"], "auc": ["best_auc", "final_auc"]}.get(which, [which])
     row_vals = list(row_order) if row_order is not None else list(dict.fromkeys(stats[rows]))
     col_vals = list(column_order) if column_order is not None else list(dict.fromkeys(stats[columns]))
     cells = {}
@@ -357,7 +360,7 @@ def layout_table(stats: pd.DataFrame, rows: str = "algo", columns: str = "settin
     out = {}
     for c in col_vals:
         for k in kinds:
-            name = str(c) if len(kinds) == 1 else f"{c} ({k})"
+            name = str(c) if len(kinds) == 1 else f"{c} ({k.replace('_auc', ' AUC')})"
             out[name] = [cells.get((rv, c, k), "–") for rv in row_vals]
     frame = pd.DataFrame(out, index=pd.Index(row_vals, name=rows))
     return frame

@@ -5,7 +5,8 @@ A *step* is a pure per-client function ``step(carry, shared, x, y, w) -> (new_ca
 - ``carry``: this client's state (a dict pytree of tensors: its parameters, BN buffers, ALA weights…);
 - ``shared``: what every client sees (the global model, hyper-parameters as tensors);
 - ``x``, ``y``: one batch of this client's rows; ``w``: 0/1 sample weights (1 for real rows), so a loss
-  is ``Σ w·ℓ / Σ w``; ``aux``: a 1-D tensor of per-step numbers (a loss…).
+  is ``Σ w·ℓ / Σ w``; ``aux``: a 1-D tensor of per-step numbers (a loss…), at most the call's ``aux_size`` of
+  them (a step may return fewer, e.g. one number per row of its batch: the rest stay NaN).
 
 The engine and the algorithms write steps once; a backend decides how to run them:
 
@@ -155,7 +156,7 @@ class LoopBackend:
             batches = (plan.rows[i, k, : plan.sizes[i, k]] for k in range(int(plan.num_steps[i])))
             ci, values = client_steps(step, ci, shared, x, y, batches, nhwc if cl else None)
             for k, a in enumerate(values):
-                aux[i, k] = a.to(aux.dtype)
+                aux[i, k, :a.shape[-1]] = a.to(aux.dtype)
             write_back(out, ci, slice(i, i + 1), unsqueeze=True)
             if timings is not None and x.device.type == "cuda":
                 torch.cuda.synchronize(x.device)
@@ -280,7 +281,7 @@ class VectorisedBackend:
                         continue
                     if new:
                         write_back(c, new, slice(s, e))
-                    aux[s:e, k] = out.detach().to(aux.dtype)
+                    aux[s:e, k, :out.shape[-1]] = out.detach().to(aux.dtype)
         inv = _inverse(perm)
         aux_np = aux.index_select(0, inv).cpu().numpy()
         return tree_map(lambda t: t.index_select(0, inv), c), aux_np
@@ -302,7 +303,8 @@ class VectorisedBackend:
                     continue
                 bs = int(sizes[:active, k].max())
                 for s, e, b in _split([(0, active, bs)], self.chunk_clients):
-                    aux[s:e, k] = st.step(s, e, b, rows[s:e, k, :b], mask[s:e, k, :b]).to(aux.dtype)
+                    got = st.step(s, e, b, rows[s:e, k, :b], mask[s:e, k, :b])
+                    aux[s:e, k, :got.shape[-1]] = got.to(aux.dtype)
         inv = _inverse(perm)
         return tree_map(lambda t: t.index_select(0, inv), st.carry), aux.index_select(0, inv).cpu().numpy()
 

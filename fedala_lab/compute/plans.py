@@ -11,6 +11,7 @@ import torch
 
 from . import rng
 from .backends import BatchPlan
+from .metrics import micro_auc
 
 EVAL_CHUNK = 256  # rows per client per evaluation step (memory, not results, depends on it)
 # rows per forward-only step of channels-last convolutions on a CPU (evaluation, ALA's feature pass): the MNIST
@@ -53,6 +54,24 @@ def train_batches(n: int, offset: int, *, batch_size: int, drop_last: bool, shuf
     return seq
 
 
+def stream_batches(n: int, offset: int, *, batch_size: int, drop_last: bool, shuffle: bool, seed: int, client: int,
+                   start: int, steps: int, stream: int = rng.TRAIN_ORDER) -> list[np.ndarray]:
+    """Batches ``start`` … ``start + steps − 1`` of one client's continuing pass over its ``n`` train rows (an
+    iterator kept across rounds, as FedLAMA's authors stream their data): pass after pass, in the stored order,
+    or with ``shuffle`` each pass a permutation of its own from the stream (seed, client, stream, pass), drawn
+    whatever the round (round 0 in the stream's words)."""
+    per_epoch = batches_per_epoch(n, batch_size, drop_last)
+    if per_epoch == 0:
+        return []
+    seq, orders = [], {}
+    for i in range(start, start + steps):
+        epoch, j = divmod(i, per_epoch)
+        if epoch not in orders:
+            orders[epoch] = rng.generator(seed, 0, client, stream, epoch).permutation(n) if shuffle else np.arange(n)
+        seq.append(offset + orders[epoch][j * batch_size:(j + 1) * batch_size])
+    return seq
+
+
 def eval_batches(sizes: np.ndarray, offsets: np.ndarray, *, drop_to: int | None = None,
                  chunk: int = EVAL_CHUNK) -> list[list[np.ndarray]]:
     """Every client's rows in chunks of ``chunk`` rows; ``drop_to`` keeps only whole batches of that size
@@ -67,13 +86,24 @@ def eval_batches(sizes: np.ndarray, offsets: np.ndarray, *, drop_to: int | None 
 
 
 def evaluate(backend, step, model: torch.nn.Module, params: dict, buffers: dict, x: torch.Tensor, y: torch.Tensor,
-             plan: BatchPlan) -> dict[str, np.ndarray]:
+             plan: BatchPlan, num_classes: int = 0) -> dict[str, np.ndarray]:
     """Sum of losses, number correct and number of rows per client of ``plan`` (one client per row of
-    ``params``/``buffers``), forward only."""
+    ``params``/``buffers``), forward only; with a scoring step (``make_eval_step(model, scores=True)``) and the
+    ``num_classes`` of its outputs also ``auc``, each client's micro-averaged test AUC (a fraction; NaN for a
+    client without rows): compute/metrics.py."""
+    a, k, b = plan.rows.shape
     _, aux = backend.run(step, {"params": params, "buffers": buffers}, {}, plan, x, y, train=False, model=model,
-                         aux_size=2)
-    return {"loss_sum": np.nansum(aux[..., 0], 1), "correct": np.nansum(aux[..., 1], 1), "num": plan.sizes.sum(1)}
+                         aux_size=2 + b * num_classes)
+    out = {"loss_sum": np.nansum(aux[..., 0], 1), "correct": np.nansum(aux[..., 1], 1), "num": plan.sizes.sum(1)}
+    if num_classes:
+        # a chunk's scores are its rows' in order, a padded call's padding last: a client's real rows come first
+        valid = np.arange(b)[None, None, :] < plan.sizes[:, :, None]  # (A, K, B)
+        probs = aux[..., 2:].reshape(a, k, b, num_classes)[valid]
+        labels = y[plan.rows[torch.as_tensor(valid, device=plan.rows.device)]].cpu().numpy()
+        groups = np.broadcast_to(np.arange(a)[:, None, None], valid.shape)[valid]
+        out["auc"] = micro_auc(probs, labels, groups, a)
+    return out
 
 
 __all__ = ["CL_CHUNK", "EVAL_CHUNK", "batches_per_epoch", "eval_batches", "evaluate", "forward_chunk",
-           "train_batches"]
+           "stream_batches", "train_batches"]

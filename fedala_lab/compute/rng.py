@@ -15,6 +15,7 @@ STRAGGLERS = 6  # which selected clients straggle (server draw) and how many ste
 HEAD_ORDER = 7  # FedRep: the batch order of the head's epochs
 PERFEDAVG_ADAPT = 10  # Per-FedAvg: the train batch of the one-step adaptation before evaluation
 FOMO_PICK = 30  # FedFomo: which M models a client downloads (ties of affinity, ε-exploration)
+PARTIALFED_BATCH, PARTIALFED_NOISE = 40, 41  # PartialFed-Adaptive: its strategy step's batch and logistic noise
 # algorithms of your own: numbers from 100 on (Round.rng(client, purpose))
 SERVER = -1  # the "client" id of server-side draws
 

@@ -158,23 +158,29 @@ def _batched_sgd_step(model: torch.nn.Module, sgd: SGD):
     return step
 
 
-def make_eval_step(model: torch.nn.Module):
-    """Forward only: (sum of cross-entropy, number correct) for one chunk of rows."""
+def make_eval_step(model: torch.nn.Module, scores: bool = False):
+    """Forward only: (sum of cross-entropy, number correct) for one chunk of rows; with ``scores`` followed by the
+    chunk's softmax probabilities, (rows, C) flattened, padded rows last (the test AUC's scores,
+    compute/metrics.py)."""
+
+    def scored(out, values):
+        return torch.cat([values, F.softmax(out, dim=-1).flatten(-2).to(values.dtype)], dim=-1) if scores else values
 
     def step(carry, shared, x, y, w):
         out = functional_call(model, (carry["params"], carry["buffers"]), (x,))
         loss = (F.cross_entropy(out, y, reduction="none") * w).sum()
         correct = ((out.argmax(1) == y).to(w.dtype) * w).sum()
-        return {}, torch.stack([loss, correct])
+        return {}, scored(out, torch.stack([loss, correct]))
 
-    step.rebind = make_eval_step  # the same step on a copy of the model, for threads (compute/parallel.py)
+    # the same step on a copy of the model, for threads (compute/parallel.py)
+    step.rebind = lambda m: make_eval_step(m, scores)
     step.graphable = True
     if batched_forms.batchable(model):
         def batched(carry, shared, x, y, w):
             out = batched_forms.forward(model, carry["params"], x)
             ce = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), reduction="none").reshape(y.shape)
             correct = ((out.argmax(-1) == y).to(w.dtype) * w).sum(1)
-            return {}, torch.stack([(ce * w).sum(1), correct], dim=1)
+            return {}, scored(out, torch.stack([(ce * w).sum(1), correct], dim=1))
 
         step.batched = batched
     return step

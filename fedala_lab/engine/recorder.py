@@ -19,10 +19,10 @@ import torch
 
 CLIENT_COLS = ["round", "client", "selected", "test_acc", "test_loss", "test_correct", "test_num",
                "train_loss", "init_loss", "trained_loss", "seconds", "straggler", "local_steps", "bytes_up",
-               "bytes_down"]
+               "bytes_down", "test_auc"]
 ROUND_COLS = ["round", "acc", "acc_std", "test_loss", "train_loss", "init_loss", "trained_loss", "best_acc",
               "num_selected", "stragglers", "dropped", "bytes_up", "bytes_down", "seconds", "init_seconds",
-              "eval_seconds", "train_seconds", "aggregate_seconds"]
+              "eval_seconds", "train_seconds", "aggregate_seconds", "auc"]
 
 
 class Recorder:

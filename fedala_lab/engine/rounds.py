@@ -38,7 +38,7 @@ from .stragglers import LocalWork, draw_work
 # The numbers a client reports for itself (NaN or 0 where its round did not measure them), and the seconds of
 # its phases; a Flower reply carries both (flower/apps.py).
 NUMBERS = ("test_loss_sum", "test_correct", "test_num", "init_loss", "trained_loss", "train_loss", "local_steps",
-           "diverged", "seconds", "bytes_down")
+           "diverged", "seconds", "bytes_down", "test_auc")
 PHASES = ("init_seconds", "eval_seconds", "train_seconds")
 METRICS = NUMBERS + PHASES
 # Where a client's model first became NaN or infinite (``diverged``; 0: it did not), in the round's order.
@@ -187,9 +187,9 @@ def serve(rs: RoundState, start: RoundStart) -> Report:
             models = own
         else:
             report.flag(ids[~finite_rows(models["params"], len(ids), held)], PERSONALISE)
-        test = rnd.evaluate(models["params"], models["buffers"], "test")
-        num["test_loss_sum"][ids], num["test_correct"][ids], num["test_num"][ids] = (
-            test["loss_sum"], test["correct"], test["num"])
+        test = rnd.evaluate(models["params"], models["buffers"], "test", auc=True)
+        num["test_loss_sum"][ids], num["test_correct"][ids], num["test_num"][ids], num["test_auc"][ids] = (
+            test["loss_sum"], test["correct"], test["num"], test["auc"])
         if cfg.record_train_loss:
             tr = rnd.evaluate(rs.local_params, rs.local_buffers, "train")
             num["init_loss"][ids] = tr["loss_sum"] / np.maximum(tr["num"], 1)
@@ -288,6 +288,7 @@ def client_rows(t: int, start: RoundStart, num: dict, accs: np.ndarray, bytes_up
     return {
         "round": np.full(n, t), "client": np.arange(n), "selected": start.sel_mask,
         "test_acc": accs, "test_loss": num["test_loss_sum"] / np.maximum(num["test_num"], 1),
+        "test_auc": 100 * num["test_auc"],
         "test_correct": num["test_correct"].astype(np.int64), "test_num": num["test_num"].astype(np.int64),
         "train_loss": num["train_loss"], "init_loss": num["init_loss"], "trained_loss": num["trained_loss"],
         "seconds": num["seconds"], "straggler": start.work.straggler,
@@ -299,17 +300,20 @@ def client_rows(t: int, start: RoundStart, num: dict, accs: np.ndarray, bytes_up
 def round_row(rs: RoundState, start: RoundStart, num: dict, accs: np.ndarray | None, bytes_up: np.ndarray, phases: dict,
               seconds: float, best_before: list) -> dict:
     """The round's row: pooled test accuracy (100 Σ correct / Σ samples, percent) and the spread of the clients'
-    ``accs`` (percentage points),
-    the losses weighted by train samples (a dropped straggler weighs 0), the traffic (the clients' sums), the
-    seconds."""
+    ``accs`` (percentage points), the test AUC (percent, the clients' weighted by their test samples, as the FedALA
+    reference averages them), the losses weighted by train samples (a dropped straggler weighs 0), the traffic (the
+    clients' sums), the seconds."""
     cfg, work = rs.cfg, start.work
     sel = start.sel_mask
     if start.evaluated:
         acc = float(100 * num["test_correct"].sum() / max(num["test_num"].sum(), 1))
         acc_std = float(np.nanstd(accs)) if np.isfinite(accs).any() else math.nan
         test_loss = float(num["test_loss_sum"].sum() / max(num["test_num"].sum(), 1))
+        scored = np.isfinite(num["test_auc"]) & (num["test_num"] > 0)
+        auc = float(100 * np.sum(num["test_auc"][scored] * num["test_num"][scored]) / num["test_num"][scored].sum()) \
+            if scored.any() else math.nan
     else:
-        acc = acc_std = test_loss = math.nan
+        acc = acc_std = test_loss = auc = math.nan
     prev = [b for b in best_before if not math.isnan(b)]
     best = max([acc, *prev]) if not math.isnan(acc) else (prev[-1] if prev else math.nan)
     w_all, w_sel = rs.setup.train_sizes, rs.setup.train_sizes[sel] * ~work.dropped[sel]
@@ -320,7 +324,7 @@ def round_row(rs: RoundState, start: RoundStart, num: dict, accs: np.ndarray | N
         "init_loss": float(np.sum(num["init_loss"] * w_all) / w_all.sum()) if losses else math.nan,
         "trained_loss": float(np.nansum(num["trained_loss"][sel] * w_sel) / max(w_sel.sum(), 1)) if losses
         else math.nan,
-        "best_acc": best, "num_selected": int(sel.sum()),
+        "best_acc": best, "auc": auc, "num_selected": int(sel.sum()),
         "stragglers": int(work.straggler.sum()), "dropped": int(work.dropped.sum()),
         "bytes_up": int(bytes_up.sum()), "bytes_down": int(num["bytes_down"].sum()), "seconds": seconds,
         **{k: float(phases.get(k, math.nan)) for k in (*PHASES, "aggregate_seconds")},

@@ -290,18 +290,19 @@ class ClientRound(Round):
     def held(self, clients: torch.Tensor) -> torch.Tensor:
         return clients[clients == self.me]
 
-    def evaluate(self, params: dict, buffers: dict, split: str = "test", clients=None) -> dict[str, np.ndarray]:
+    def evaluate(self, params: dict, buffers: dict, split: str = "test", clients=None, *,
+                 auc: bool = False) -> dict[str, np.ndarray]:
         """As :meth:`Round.evaluate`; "every client" is this one, whose rows may be all of ``params`` (a hook's
         models for :attr:`everyone`) or its row of every client's."""
         if clients is not None:
-            return super().evaluate(params, buffers, split, clients)
+            return super().evaluate(params, buffers, split, clients, auc=auc)
 
         def mine(v):
             return v if v.shape[0] == 1 else v[self.me]
 
         plan = self._setup.eval_plan(split).take(self.me.cpu().numpy())
         return self.evaluate_batches({k: mine(v) for k, v in params.items()},
-                                     {k: mine(v) for k, v in buffers.items()}, plan, split)
+                                     {k: mine(v) for k, v in buffers.items()}, plan, split, auc=auc)
 
 
 class ClientSide:

@@ -131,7 +131,8 @@ def _mnist_pat() -> RunConfig:
 
 def _teach_fedlama() -> RunConfig:
     # FedLAMA (algorithms/fedlama.py) on the teach problem: seconds on a CPU. Chosen so that the lecture shows
-    # the saving, measured over seeds 0–2 (FedLAMA against FedAvg(τ0), same 500 local steps; docs/design.md#fedlama):
+    # the saving, measured over seeds 0–2 when every round restarted each client's data (FedLAMA against
+    # FedAvg(τ0), same 500 local steps; docs/design.md#fedlama; README.md's FedLAMA line is today's):
     # with these settings FedLAMA uploads 58.6 ± 0.4 % of FedAvg(τ0)'s bytes at a final accuracy 0.00 ± 1.03
     # points from it (per seed −0.53, +1.19, −0.66; held-out seeds 3, 4: −0.40, +1.45), while FedAvg every φ·τ0
     # steps loses 2.2 points. The paper's rule (lama_rule="spec") uploads 95.9 % here, as the former
@@ -145,8 +146,8 @@ def _teach_fedlama() -> RunConfig:
         # The authors' code's rule: it also relaxes the layer at which δ_l crosses 1 − λ_l, here fc1's weight
         # (73 % of the MLP's parameters); the paper's text keeps it at τ0 and saves almost nothing.
         lama_rule="authors",
-        # Step-counted rounds in the reference order would replay each client's first τ0 batches every
-        # round; reshuffling (seeded per round and client) walks all its data.
+        # Each client's τ0 steps continue its pass over its data from round to round (FedLAMA's own order); each
+        # pass in a fresh order, as the authors' loader reshuffles every epoch.
         shuffle=True,
     )
 

@@ -48,7 +48,7 @@ KINDS = ("tensorboard", "mlflow")
 MLFLOW_TABLES = frozenset({"alembic_version", "experiments", "runs", "metrics", "params", "tags"})
 CLIENT_ROUNDS = "none, all, last, every:K or round numbers, comma-separated (e.g. every:10,last)"
 # the metrics TensorBoard's HParams table shows beside a run's hyper-parameters (their last values)
-SUMMARY_METRICS = ("acc", "best_acc", "test_loss", "train_loss")
+SUMMARY_METRICS = ("acc", "best_acc", "auc", "test_loss", "train_loss")
 
 
 @dataclasses.dataclass(frozen=True)

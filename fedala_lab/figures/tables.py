@@ -46,7 +46,8 @@ class AccuracyTable(Display):
     def from_runs(cls, runs, by=("algo",), *, which: str = "both", digits: int = 2, title: str | None = None,
                   ax=None, plot: bool = True):
         """Group ``runs`` by ``by`` (+ their data setting) and lay them out: rows = the ``by`` values
-        (method names), columns = settings (dataset and partition), cells = mean ± the 95 % interval over seeds.
+        (method names), columns = settings (dataset and partition), cells = mean ± the 95 % interval over seeds
+        of the accuracy (``which`` best, final or both) or of the pooled test AUC (``which="auc"``: best and final).
         ``stats_`` holds the numbers, and each method against FedAvg in its setting, paired by seed (the
         ``best_diff``, ``best_p_holm`` … columns of :func:`~fedala_lab.analysis.tables.accuracy_table`)."""
         runs = list(runs)
@@ -62,9 +63,11 @@ class AccuracyTable(Display):
         frame.index.name = "method" if by == ["algo"] else ", ".join(by)
         n = stats["n_seeds"]
         seeds = f"{int(n.min())}" if n.min() == n.max() else f"{int(n.min())}–{int(n.max())}"
-        cap = (f"Test accuracy (%), pooled over clients, mean over {seeds} seed(s); best round and final round. "
-               + st.CI_NOTE)
-        t = cls(frame, stats, title=title or "Test accuracy (%)", caption=cap)
+        what = "Test AUC (%)" if which == "auc" else "Test accuracy (%)"
+        pooled = ("each client's micro-averaged AUC weighted by its test samples" if which == "auc"
+                  else "pooled over clients")
+        cap = f"{what}, {pooled}, mean over {seeds} seed(s); best round and final round. " + st.CI_NOTE
+        t = cls(frame, stats, title=title or what, caption=cap)
         return t.plot(ax=ax) if plot else t
 
     @classmethod

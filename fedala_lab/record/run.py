@@ -31,8 +31,8 @@ _ROUND_TRIP = {"float_precision": "round_trip"} if int(pd.__version__.split(".")
 @dataclass(eq=False)
 class Run:
     """What one simulated run recorded. Accuracies are in percent everywhere (0–100: ``acc``, ``best_acc``,
-    ``test_acc``, :attr:`best_acc`, :meth:`summary`, the trackers, the CLI's JSON); ``acc_std`` is in
-    percentage points.
+    ``test_acc``, :attr:`best_acc`, :meth:`summary`, the trackers, the CLI's JSON), and so is the test AUC
+    (``auc``, ``test_auc``); ``acc_std`` is in percentage points.
 
     ``config``: the RunConfig that made it (``custom:`` data or model when they were given, by content hash).
 
@@ -44,7 +44,9 @@ class Run:
     ``record_train_loss``); ``best_acc`` so far; ``num_selected``; ``stragglers`` and ``dropped`` (clients);
     ``bytes_up`` / ``bytes_down`` (what was sent each way, parameters × clients); ``seconds`` and the phases'
     ``init_seconds`` (local initialisation: ALA's time), ``eval_seconds``, ``train_seconds``,
-    ``aggregate_seconds``.
+    ``aggregate_seconds``; ``auc`` (pooled test AUC in percent, 0–100: each client's micro-averaged AUC over
+    its (row, class) pairs, weighted by its test samples, as the FedALA reference code computes it;
+    compute/metrics.py; NaN in rounds not evaluated).
 
     ``clients`` — one row per (evaluated round, client): ``round``, ``client``, ``selected``, ``test_acc``,
     ``test_loss``, ``test_correct``, ``test_num`` (its model before local training, or the model its
@@ -53,7 +55,8 @@ class Run:
     vectorised backend its share of the batched calls, by the rows it processed; 0 when it did not train),
     ``straggler`` (drawn as one this round), ``local_steps`` (SGD steps it did: its full work, a straggler's
     part, 0 when dropped or not selected), ``bytes_up`` / ``bytes_down`` (what it sent and received; the
-    round's are their sums).
+    round's are their sums), ``test_auc`` (its micro-averaged test AUC in percent, 0–100, of the model its
+    test numbers are of; NaN for a client without test rows).
 
     ``tables`` — each algorithm's own tidy tables by name (saved as ``table_<name>.csv``): ``ala`` (ALA's
     weight-learning passes of the tracked clients, Fig. 3: ``round``, ``client``, ``epoch``, ``loss`` — the
@@ -282,7 +285,8 @@ def load_run(path: str | Path) -> Run:
 
 
 def run_row(run: Run, extra: Iterable[str] = ()) -> dict:
-    """One run as a flat row: its config (algo, dataset, seed, p, s, …) and best/final accuracy in %.
+    """One run as a flat row: its config (algo, dataset, seed, p, s, …), best/final accuracy in % and best/final
+    pooled test AUC in % (``best_auc``, ``final_auc``: NaN for a run recorded without AUC).
 
     The row of a run in every table (sweeps' ``runs.csv``, :func:`fedala_lab.analysis.tables.runs_frame`);
     ``extra`` adds config fields (run or data) by name.
@@ -293,11 +297,18 @@ def run_row(run: Run, extra: Iterable[str] = ()) -> dict:
         "beta": cfg.data.beta, "num_clients": cfg.data.num_clients, "rounds": cfg.rounds, "seed": cfg.seed,
         "best_acc": run.best_acc, "final_acc": run.final_acc,
         "best_round": run.summary()["best_round"], "seconds": run.summary()["seconds"],
-        "status": run.status, "trajectory": trajectory(run),
+        "status": run.status, "trajectory": trajectory(run), **auc_summary(run),
     }
     for name in extra:
         row[name] = getattr(cfg, name) if hasattr(cfg, name) else getattr(cfg.data, name)
     return row
+
+
+def auc_summary(run: Run) -> dict[str, float]:
+    """The best and the final evaluated round's pooled test AUC (%), NaN where the run recorded none."""
+    auc = run.rounds["auc"].dropna() if "auc" in run.rounds else pd.Series(dtype=float)
+    return {"best_auc": float(auc.max()) if len(auc) else float("nan"),
+            "final_auc": float(auc.iloc[-1]) if len(auc) else float("nan")}
 
 
 def trajectory(run: Run) -> str:

@@ -357,6 +357,8 @@ def make_table2(ctx: Context):
     files = ctx.save(t, "table2_accuracy")
     files += [ctx.write("table2_accuracy.md", t.to_markdown()), ctx.write("table2_accuracy.tex", t.to_latex()),
               _csv(t.stats_, ctx.out / "table2_accuracy.csv")]
+    auc = AccuracyTable.from_runs(runs, which="auc", plot=False)  # the reference code's other measure, beside it
+    files.append(ctx.write("table2_auc.md", auc.to_markdown()))
     st = t.stats_
     findings = [(f"shortened horizon: {runs[0].config.rounds} rounds, {len(ctx.plan.seeds)} seed(s) (paper: 2,000 "
                 "rounds, 5 seeds); best = the best evaluated round, final = the last")] if ctx.plan.shortened else []
