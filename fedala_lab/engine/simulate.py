@@ -240,7 +240,7 @@ class Simulation:
         ``False`` stops the run (a checkpoint is written first when ``checkpoint`` is given) by raising
         :class:`RunCancelled`.
         """
-        from tqdm.auto import tqdm
+        from ..progress import bar as tqdm  # a notebook keeps how it ended
 
         try:
             with cpu_threads(self.threads):

@@ -220,8 +220,7 @@ def get_or_run_many(cfgs: Iterable[RunConfig], store=None, *, processes: int | s
 
         runs = get_or_run_many([preset("teach", algo=a, seed=s) for a in ("fedavg", "fedala") for s in (0, 1, 2)])
     """
-    from tqdm.auto import tqdm
-
+    from ..progress import bar as tqdm  # a notebook keeps how it ended
     from ..record.store import open_store
     from .runs import get_or_run
 

@@ -205,7 +205,7 @@ def run_sweep(spec: SweepSpec, *, store=None, workers: int | str = "auto", ray: 
     goes in whichever process computes it (sequential, pool, a local Ray), from the store afterwards for
     the runs that were stored already or came back from a Ray cluster; a run is logged once per tracker.
     """
-    from tqdm.auto import tqdm
+    from ..progress import bar as tqdm  # a notebook keeps how it ended
 
     local_ray = ray and not ray_address
     check_execution(workers=workers, threads=threads, gpus_per_run=gpus_per_run, ray=bool(ray or ray_address),

@@ -100,6 +100,7 @@ def ladder(app, seeds, settings, job):
 
 
 KINDS = [("bubbles", "bubble"), ("heatmap", "heatmap")]
+LADDER_SEEDS = 3  # the ladder's default: mean ± std over seeds 0–2
 # the ladder table's columns (analysis.tables.format_seed_table, with the split's name first)
 LADDER_COLUMNS = ("split", "seeds", "best acc %", "final acc %", "client spread", "paired diff of best")
 EMBEDDED = ("mnist_mini", "digits")
@@ -150,7 +151,7 @@ def build_ladder(app, settings) -> Panel:
                         "pathological (2 labels per client), with the clients and training settings of *Train & "
                         "compare*, over seeds: the best pooled accuracy and the spread between clients. The "
                         "first time a few seconds a run; then instant.", elem_classes=["note"])
-            seeds = whole_slider(1, 5, 3, "seeds", "ladder-seeds", field="seeds")
+            seeds = whole_slider(1, 5, LADDER_SEEDS, "seeds", "ladder-seeds", field="seeds")
             run, stop, status = run_stop("ladder")
         with gr.Column(scale=7, min_width=480):
             ladder_plot = plot(label="FedAvg per split", elem_id="ladder-plot", elem_classes=["main-plot"])
