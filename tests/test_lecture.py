@@ -238,3 +238,32 @@ def test_runs_comparison_legend_stays_clear_of_the_axes(tmp_path):
     assert whole.x0 <= legend.x0 and legend.x1 <= whole.x1 and whole.y0 <= legend.y0  # not cut off
     for part in (ax.bbox, ax.yaxis.label.get_window_extent(renderer), ax.xaxis.label.get_window_extent(renderer)):
         assert not legend.overlaps(part), (legend, part)
+
+
+def test_every_figure_has_a_download_button_and_the_page_a_projector_toggle(tmp_path):
+    """Every figure of the page (gr.Plot) has a download button under it, which gets the figure shown as a PNG
+    file; ``--projector`` starts the page in projector mode, and each session's toggle is its own."""
+    import base64
+    import types
+
+    from fedala_lab.webapp.widgets import png_file
+
+    demo = ui.build_app(tmp_path / "store", projector=True)
+    blocks = list(demo.blocks.values())
+    plots = [b for b in blocks if isinstance(b, gr.Plot)]
+    buttons = {b.elem_id for b in blocks if isinstance(b, gr.DownloadButton)}
+    assert len(plots) >= 15 and {f"{p.elem_id}-download" for p in plots} <= buttons
+    toggle = next(b for b in blocks if isinstance(b, gr.Checkbox) and b.elem_id == "projector")
+    app = demo.lecture_app
+    assert toggle.value is True and app.projecting(None) is True
+    alice, bob = (types.SimpleNamespace(session_hash=h) for h in ("alice", "bob"))
+    app.set_projecting(False, alice)
+    assert app.projecting(alice) is False and app.projecting(bob) is True
+    # the button's file: the PNG the page was sent, byte for byte
+    fig, *_ = ui.LectureApp(tmp_path / "store").partition(**{k: APP_SMALL[k] for k in ui.DATA_FIELDS})
+    shown = gr.Plot(format="png").postprocess(fig)
+    got = png_file(shown)
+    with open(got.value["path"], "rb") as f:
+        data = f.read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data == base64.b64decode(shown.plot.split(",", 1)[1])
+    assert png_file(None).visible is False

@@ -92,6 +92,9 @@ def add_lecture_arguments(p: argparse.ArgumentParser) -> None:
                    help="the app's run store folder (default: $FEDALA_LAB_APP_RUNS or ./runs/app, as the app's)")
     p.add_argument("--processes", default="auto",
                    help="processes computing runs side by side (default auto, as the app's --processes)")
+    p.add_argument("--notebooks", default=None, metavar="FOLDER",
+                   help="prepare: also execute the lecture notebooks in FOLDER once (e.g. notebooks/), so that in "
+                        "class each reads its runs from its run store ($FEDALA_LAB_RUNS or the runs/ beside FOLDER)")
     p.add_argument("--dpi", type=int, default=200, help="export: PNG resolution (default 200)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -106,6 +109,8 @@ def cmd_lecture(args) -> int:
         raise ConfigError("dir", None, "a folder to write the figures and handouts into (fedala-lab lecture export DIR)")
     if args.action == "prepare" and args.dir:
         raise ConfigError("dir", args.dir, "nothing: prepare writes into the app's run store (--store)")
+    if args.notebooks is not None and (args.action != "prepare" or not Path(args.notebooks).is_dir()):
+        raise ConfigError("notebooks", args.notebooks, "a folder of lecture notebooks, with prepare")
     if not 50 <= args.dpi <= 600:
         raise ConfigError("dpi", args.dpi, "a whole number from 50 to 600")
     if args.dir and Path(args.dir).exists() and not Path(args.dir).is_dir():
@@ -131,8 +136,15 @@ def cmd_lecture(args) -> int:
     try:
         if args.action == "prepare":
             done = lecture.prepare(app, report)
-            bar.close()
-            print(done.summary())
+            bar.write(done.summary())
+            if args.notebooks:
+                bar.reset()
+                bar.set_description("lecture notebooks")
+                tic = time.perf_counter()
+                ran = lecture.run_notebooks(args.notebooks, report)
+                bar.close()
+                print(f"{len(ran)} notebooks executed in {time.perf_counter() - tic:.0f} s: their runs are in "
+                      f"{lecture.notebooks_store(args.notebooks)}, and each now reads them instead of training.")
         else:
             tic = time.perf_counter()
             files = lecture.export(app, args.dir, report, dpi=args.dpi)

@@ -1,6 +1,7 @@
 """A lecture prepared in one command, and its figures and handouts for slides.
 
     fedala-lab lecture prepare               # every tab's defaults and scenarios into the app's run store
+    fedala-lab lecture prepare --notebooks notebooks/   # and every notebook's runs into the notebooks' store
     fedala-lab lecture export slides/        # every tab's figures (PNG and SVG) and a handout per tab
 
 :data:`STEPS` lists what the page shows on its defaults: each tab's job with the values its widgets start
@@ -10,6 +11,8 @@ computed into the app's run store (the same store the app reads: ``$FEDALA_LAB_A
 afterwards every default click is served from it. :func:`export` calls the handlers again, in projector mode,
 and writes what they return: the figures at projector size, and per step a one-page handout (Markdown and
 HTML) with the settings, the tables and the sentences the page shows, all computed from the runs.
+:func:`run_notebooks` executes the lecture notebooks once, headless, so that in class each reads its runs from
+the store instead of training them (02, 06 and 08 train 20–50 runs each).
 """
 
 from __future__ import annotations
@@ -247,4 +250,77 @@ def _html(title: str, md: str) -> str:
             f"{body}</body></html>\n")
 
 
-__all__ = ["STEPS", "Prepared", "Step", "call", "export", "handout", "prepare", "steps"]
+NOTEBOOKS = "[0-9][0-9]_*.ipynb"  # the lecture notebooks: 01_fedavg.ipynb …
+
+
+def notebooks_store(folder) -> Path:
+    """Where the notebooks of ``folder`` keep their runs: ``$FEDALA_LAB_RUNS``, else the project's runs/ beside
+    the folder (their parameters cell reads ``FEDALA_LAB_RUNS`` and defaults to ``../runs``)."""
+    from ..environ import RUNS, env_folder
+
+    return Path(env_folder(RUNS) or Path(folder, "..", "runs")).resolve()
+
+
+def execute_notebook(path, env: dict, on_cell=None, timeout: int = 600):
+    """Execute the notebook ``path`` with nbclient on the ``python3`` kernel, from its own folder, with ``env``
+    set for the kernel (``FEDALA_LAB_RUNS``, ``FEDALA_LAB_SMOKE``…; a None value unsets a variable) and
+    ``MPLBACKEND`` unset (Agg would leak into the kernel); this process's environment is restored after.
+    ``on_cell(done, total)`` after each cell. Returns the executed notebook (nothing is written)."""
+    import os
+
+    import nbclient
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    env = {**env, "MPLBACKEND": None}
+    saved = {k: os.environ.get(k) for k in env}
+    for k, v in env.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = str(v)
+    total = sum(c.cell_type == "code" for c in nb.cells)
+    done = []
+
+    def cell_done(cell=None, cell_index=None, **_):
+        done.append(cell_index)
+        if on_cell:
+            on_cell(len(done), total)
+
+    try:
+        client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                                         resources={"metadata": {"path": str(Path(path).parent)}},
+                                         on_cell_executed=cell_done)
+        client.execute()
+        return nb
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def run_notebooks(folder, report=None) -> list[str]:
+    """Execute the lecture notebooks of ``folder`` once, at their full settings (``FEDALA_LAB_SMOKE`` unset), so
+    that the runs they need are in their run store (:func:`notebooks_store`): in class each then reads them.
+    Nothing is written into the notebooks. ``report(fraction, text)``: progress. Returns the notebooks run."""
+    from ..errors import ConfigError
+
+    paths = sorted(Path(folder).glob(NOTEBOOKS))
+    if not paths:
+        raise ConfigError("notebooks", str(folder), "a folder holding the lecture notebooks (01_fedavg.ipynb …)")
+    store = notebooks_store(folder)
+    for i, path in enumerate(paths):
+        def cell(done, total, i=i, path=path):
+            if report:
+                report((i + done / max(total, 1)) / len(paths), f"{path.stem}: cell {done} of {total}")
+
+        execute_notebook(path, {"FEDALA_LAB_RUNS": store, "FEDALA_LAB_SMOKE": None}, cell)
+    if report:
+        report(1.0, f"notebooks done (run store {store})")
+    return [p.stem for p in paths]
+
+
+__all__ = ["NOTEBOOKS", "STEPS", "Prepared", "Step", "call", "execute_notebook", "export", "handout",
+           "notebooks_store", "prepare", "run_notebooks", "steps"]

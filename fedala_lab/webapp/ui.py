@@ -106,10 +106,10 @@ def build_app(store=None, concurrency: int = 1, processes: int = 1, projector: b
 
 
 def _no_estimates(demo: gr.Blocks) -> None:
-    """No expected duration on a simulation's progress line: Gradio would show the mean of the job's earlier
-    durations ("6.9/2.9s"), which says nothing when one click is served from the run store in a second and the
-    next computes for a minute. The elapsed time and the rounds done stay. (Gradio's queue keeps the durations
-    in ``process_time_per_fn``; it gives an estimate only for a function found there.)"""
+    """No expected duration beside a job's elapsed time ("6.9/2.9s"): Gradio shows the mean of the handler's
+    earlier durations, which says nothing when one click is served from the run store in a second and the next
+    computes for a minute (the drawing after a job, too, takes as long as the runs it draws). The elapsed time and
+    the rounds done stay. Gradio's queue gives an estimate only for a handler found in ``process_time_per_fn``."""
     queue = getattr(demo, "_queue", None)
     times = getattr(queue, "process_time_per_fn", None)
     if times is None:
@@ -117,7 +117,7 @@ def _no_estimates(demo: gr.Blocks) -> None:
 
     class Untimed(type(times)):
         def __contains__(self, fn):
-            return getattr(fn, "concurrency_id", None) != "simulation" and super().__contains__(fn)
+            return False
 
     queue.process_time_per_fn = Untimed(times.default_factory, times)
 

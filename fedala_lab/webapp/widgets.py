@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import threading
 
 import gradio as gr
 from gradio import component_meta
@@ -202,8 +203,11 @@ FIGURE_FILES = 200  # the newest figure files kept for download (older ones are 
 
 
 def png_file(shown):
-    """The figure a plot shows (the PNG it was sent as) written to a file of its own, for its download button."""
+    """The figure a plot shows (the PNG it was sent as) written to a file of its own, for its download button.
+    Named by its content: a figure drawn again (served from the run store) is the same file, here and in Gradio's
+    cache (which copies what a button offers into a folder named by the content's hash)."""
     import base64
+    import hashlib
     import tempfile
     from pathlib import Path
 
@@ -211,13 +215,17 @@ def png_file(shown):
     head, _, data = url.partition(",")
     if head != "data:image/png;base64" or not data:  # no figure (cleared) or not one of ours
         return gr.DownloadButton(visible=False)
+    png = base64.b64decode(data)
     folder = Path(tempfile.gettempdir(), "fedala-lab-figures")
     folder.mkdir(exist_ok=True)
-    with tempfile.NamedTemporaryFile("wb", dir=folder, prefix="figure-", suffix=".png", delete=False) as f:
-        f.write(base64.b64decode(data))
+    path = folder / f"figure-{hashlib.sha256(png).hexdigest()[:16]}.png"
+    if not path.is_file():
+        tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
+        tmp.write_bytes(png)
+        tmp.replace(path)  # never a half-written file offered
     for old in sorted(folder.glob("figure-*.png"), key=lambda q: q.stat().st_mtime)[:-FIGURE_FILES]:
         old.unlink(missing_ok=True)
-    return gr.DownloadButton(value=f.name, visible=True)
+    return gr.DownloadButton(value=str(path), visible=True)
 
 
 def table(label: str, elem_id: str, columns, **kw) -> gr.Dataframe:
