@@ -116,9 +116,7 @@ def cmd_lecture(args) -> int:
     if args.dir and Path(args.dir).exists() and not Path(args.dir).is_dir():
         raise ConfigError("dir", args.dir, "a folder (this is a file)")
     processes = app_processes(args.processes)
-    check_environment()
-    numerics.apply()
-    import torch
+    import torch  # the environment and numerics: checked and applied by the command line before this
     from tqdm.auto import tqdm
 
     torch.set_num_threads(1)  # as the app: one thread per simulation, processes for more
