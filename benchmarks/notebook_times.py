@@ -3,11 +3,15 @@
     python benchmarks/notebook_times.py                          # smoke mode, every notebook, 3 times each
     python benchmarks/notebook_times.py --full --repeats 1 03_fedprox 06_ablations
     python benchmarks/notebook_times.py --budget 180             # exit 1 if a median is over 180 s
+    python benchmarks/notebook_times.py --full --repeats 1 --store runs   # after lecture prepare --notebooks
 
 Each execution is what tests/test_notebooks.py runs (nbclient, the venv's ``python3`` kernel, ``MPLBACKEND``
-removed), in smoke mode (``FEDALA_LAB_SMOKE=1``: the parameters cell picks tiny settings) unless ``--full``,
-with a fresh empty run store (``FEDALA_LAB_RUNS`` in a new temporary folder), so every run a notebook needs
-is trained during the measurement: the first-time cost for a student, kernel start-up and shutdown included.
+removed; fedala_lab.webapp.lecture.execute_notebook), in smoke mode (``FEDALA_LAB_SMOKE=1``: the parameters cell
+picks tiny settings) unless ``--full``, with a fresh empty run store (``FEDALA_LAB_RUNS`` in a new temporary
+folder), so every run a notebook needs is trained during the measurement: the first-time cost for a student,
+kernel start-up and shutdown included; or, with ``--store DIR``, reading the runs a ``fedala-lab lecture prepare
+--notebooks notebooks/`` put there (what a class waits for). Besides the wall time, the CPU seconds of the
+kernel and of the processes it started.
 
 The time budget used to be an assertion in the test (180 s per notebook in smoke mode); wall-clock time on a
 shared machine says how busy the machine was as much as how fast a notebook is, so the test checks that the
@@ -44,32 +48,23 @@ def notebooks(names: list[str]) -> list[Path]:
     return [by_stem[n.removesuffix(".ipynb")] for n in names]
 
 
-def execute(path: Path, smoke: bool) -> float:
-    """Seconds to execute ``path`` once with a fresh kernel and an empty run store."""
-    import nbclient
-    import nbformat
+def execute(path: Path, smoke: bool, store: str | None = None) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) to execute ``path`` once with a fresh kernel and an empty run store (or the run
+    store ``store``, e.g. the one `fedala-lab lecture prepare --notebooks notebooks/` filled). CPU seconds: the
+    kernel's and the processes it started (getrusage of the children waited for), which a load inflates far less
+    than the wall time."""
+    import resource
 
-    nb = nbformat.read(path, as_version=4)
-    with tempfile.TemporaryDirectory(prefix="notebook-runs-") as store:
-        env = {"FEDALA_LAB_RUNS": store}
-        if smoke:
-            env["FEDALA_LAB_SMOKE"] = "1"
-        saved = {k: os.environ.get(k) for k in (*env, "FEDALA_LAB_SMOKE", "MPLBACKEND")}
-        os.environ.pop("FEDALA_LAB_SMOKE", None)
-        os.environ.pop("MPLBACKEND", None)  # Agg here would leak into the kernel
-        os.environ.update(env)
-        try:
-            client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
-                                             resources={"metadata": {"path": str(NB_DIR)}})
-            tic = time.perf_counter()
-            client.execute()
-            return time.perf_counter() - tic
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+    from fedala_lab.webapp.lecture import execute_notebook
+
+    with tempfile.TemporaryDirectory(prefix="notebook-runs-") as fresh:
+        env = {"FEDALA_LAB_RUNS": store or fresh, "FEDALA_LAB_SMOKE": "1" if smoke else None}
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        tic = time.perf_counter()
+        execute_notebook(path, env, timeout=CELL_TIMEOUT)
+        wall = time.perf_counter() - tic
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 
 
 def load() -> str:
@@ -81,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("names", nargs="*", help="notebooks to time (default: all), e.g. 01_fedavg")
     ap.add_argument("--repeats", type=int, default=3, help="executions per notebook (default 3)")
     ap.add_argument("--full", action="store_true", help="the notebooks' full settings, not smoke mode")
+    ap.add_argument("--store", default=None,
+                    help="run store the notebooks read (default: a fresh empty one per execution); e.g. one that "
+                         "`fedala-lab lecture prepare --notebooks --store DIR` filled, to time them in class")
     ap.add_argument("--budget", type=float, default=None,
                     help="seconds: mark the notebooks whose median is over it and exit 1 (the test's old "
                          "smoke-mode budget was 180)")
@@ -94,16 +92,20 @@ def main(argv: list[str] | None = None) -> int:
 
     mode = "full settings" if args.full else "smoke mode (FEDALA_LAB_SMOKE=1)"
     print(f"{platform.system()} {platform.machine()} · {os.cpu_count()} CPUs · Python {platform.python_version()} · "
-          f"torch {torch.__version__} · {mode} · {args.repeats} execution(s) each, fresh store each time\n")
-    print("| notebook | median s | min s | max s | 1-min load before → after |" +
+          f"torch {torch.__version__} · {mode} · {args.repeats} execution(s) each, "
+          + (f"run store {args.store}\n" if args.store else "fresh store each time\n"))
+    print("| notebook | median s | min s | max s | CPU s (median) | 1-min load before → after |" +
           (" over budget |" if args.budget else ""))
-    print("|---|---:|---:|---:|---|" + ("---|" if args.budget else ""))
+    print("|---|---:|---:|---:|---:|---|" + ("---|" if args.budget else ""))
     over = []
     for path in paths:
         before = load()
-        times = [execute(path, smoke=not args.full) for _ in range(args.repeats)]
+        done = [execute(path, smoke=not args.full, store=args.store) for _ in range(args.repeats)]
+        times = [wall for wall, _ in done]
         med = statistics.median(times)
-        row = f"| `{path.stem}` | {med:.1f} | {min(times):.1f} | {max(times):.1f} | {before} → {load()} |"
+        cpu = statistics.median(c for _, c in done)
+        row = (f"| `{path.stem}` | {med:.1f} | {min(times):.1f} | {max(times):.1f} | {cpu:.0f} | {before} → "
+               f"{load()} |")
         if args.budget:
             row += " yes |" if med > args.budget else " no |"
             if med > args.budget:

@@ -6,6 +6,7 @@
     fedala-lab sweep --preset teach --algos fedavg,fedala --grid p=1,2 --seeds 0-2
     fedala-lab figures --only fig4,table2
     fedala-lab app --port 7861
+    fedala-lab lecture prepare && fedala-lab lecture export slides/
 
 Bad values print one line on stderr and exit with code 2 (never a traceback).
 """
@@ -406,7 +407,7 @@ def cmd_figures(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fedala-lab", description="Personalised federated learning: FedAvg, FedProx, FedALA.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for add in (_add_run, _add_data, _add_app, _add_figures, _add_sweep, _add_methods):
+    for add in (_add_run, _add_data, _add_app, _add_lecture, _add_figures, _add_sweep, _add_methods):
         add(sub)
     return parser
 
@@ -484,6 +485,14 @@ def _add_app(sub) -> None:
     webapp.add_arguments(a)  # shared with app.py
     _add_plugin_flag(a)
     a.set_defaults(func=webapp.cmd_app)
+
+
+def _add_lecture(sub) -> None:
+    a = sub.add_parser("lecture", help="prepare the lecture (every app tab's defaults into the app's run store) "
+                                       "or export its figures and handouts")
+    webapp.add_lecture_arguments(a)
+    _add_plugin_flag(a)
+    a.set_defaults(func=webapp.cmd_lecture)
 
 
 def _add_figures(sub) -> None:

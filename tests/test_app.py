@@ -206,7 +206,7 @@ def test_stop_of_a_sweep_says_what_was_kept(app):
                            progress=Progress(stop_in_the_second_run))
     answers[0].join(timeout=30)
     assert status.startswith("Stopped after round 3 of 5 (FedProx (2/3); checkpoint kept")
-    assert "1 of 3 runs finished before it and are kept in the run store." in status and answers[1] == status
+    assert "1 of the 3 runs had finished before it: it is kept in the run store." in status and answers[1] == status
 
 
 def acc_at(store, cfg, t: int) -> np.ndarray:
@@ -296,7 +296,7 @@ def test_stop_before_a_queued_job_starts_keeps_what_the_page_shows(app):
 
 
 def test_trajectory_draws_fig4(app):
-    fig, acc, check, table, note = app.trajectory(2, 5, 2, 7, "settings", **{**SMALL, "rounds": 8})
+    fig, said, acc, check, table, note, status = app.trajectory(2, 5, 2, 7, "settings", **{**SMALL, "rounds": 8})
     from matplotlib.contour import ContourSet
     from matplotlib.quiver import Quiver
 
@@ -304,7 +304,7 @@ def test_trajectory_draws_fig4(app):
     assert any(isinstance(c, ContourSet) for c in ax.collections)  # the loss surface
     # rounds 3–5 are shared by both runs (ALA on after round 5): drawn once, in grey; then each run's own
     assert len([c for c in ax.collections if isinstance(c, Quiver)]) == 3
-    assert [t.get_text().split(" (")[0] for t in ax.get_legend().get_texts()][:3] == [
+    assert [t.get_text().split(" (")[0] for t in fig.legends[0].get_texts()][:3] == [
         "rounds ≤ 5: both runs", "FedAvg", "FedALA"]
     assert ax.get_xlabel().startswith("C1") and ax.get_ylabel().startswith("C2")
     # readable headers; the rounds after K only
@@ -322,6 +322,10 @@ def test_trajectory_draws_fig4(app):
     # what it shows, in words with its numbers
     assert "rounds 3–8" in note and "after round 5" in note and "Start of a round" in note
     assert f"{table['start-of-round loss (mean after K)'].iloc[1]:.2f}" in note
+    # the claim above the figure, in the same numbers; the status line says where the runs came from
+    start = table["start-of-round loss (mean after K)"]
+    assert f"{start.iloc[1]:.2f} against {start.iloc[0]:.2f} with FedAvg" in said and "rounds 6–8" in said
+    assert status.startswith("2 run(s) in")
     # plot and table side by side: each run's true end-of-round loss against the contour under its marker
     lines = {ln.get_label(): ln for ln in check.axes[0].get_lines()}
     assert set(lines) == {"FedAvg: true loss", "FedAvg: contour under its marker", "FedALA: true loss",
@@ -528,7 +532,7 @@ def test_warm_up_runs_the_default_path_quietly(caplog, tmp_path, monkeypatch):
 
 
 def test_trajectory_follows_the_papers_protocol_by_default(app):
-    _, _, _, table, note = app.trajectory(2, 5, 2, 7, "paper", **{**SMALL, "rounds": 8})
+    *_, table, note, _ = app.trajectory(2, 5, 2, 7, "paper", **{**SMALL, "rounds": 8})
     assert "pathological, 2 labels per client" in note.split(":")[0]
     assert list(table["run"]) == ["FedAvg", "FedALA"]
     with pytest.raises(gr.Error, match="setting='nope'"):

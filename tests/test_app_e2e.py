@@ -489,6 +489,13 @@ def test_browser_moves_a_slider_runs_and_shows_the_plot(server, tmp_path):
             expect(compared).to_contain_text("FedALA")
             expect(compared).to_contain_text("Local")
             _wait_img(page, "#run-plot", plot)
+            # issue 48, item 4: the legend of the runs compared is neither cut off nor drawn over the y label or
+            # the curves: the figure the page shows, drawn again here from the same store (the same runs)
+            from fedala_lab.experiments.runs import stored_runs
+
+            names = [n for n in stored_runs(RunStore(server[1]))["name"] if "-r12-" in n]  # the three compared
+            assert len(names) == 3
+            _legend_clear(_runs_figure(server[1], names))
 
             # a scenario changes the shared settings of every tab, and says so above the tabs, never silently
             page.get_by_role("tab", name="Train & compare").click()
@@ -515,6 +522,27 @@ def test_browser_moves_a_slider_runs_and_shows_the_plot(server, tmp_path):
     # the run it made: 12 rounds, as set by the slider
     listed = RunStore(server[1]).list()
     assert ((listed["algo"] == "fedala") & (listed["rounds"] == 12) & (listed["clients"] == 20)).any()
+
+
+def _runs_figure(store, names):
+    """The Runs tab's comparison figure of ``names``, as the server draws it (same handler, same store)."""
+    from fedala_lab.webapp import ui
+
+    _, _, fig, _, _ = ui.LectureApp(store).runs(names)
+    return fig
+
+
+def _legend_clear(fig) -> None:
+    """The figure's legend lies inside the figure and overlaps neither the plotting area nor the axis labels."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig.draw_without_rendering()
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    ax = fig.axes[0]
+    legend = ax.get_legend().get_window_extent(renderer)
+    assert fig.bbox.x0 <= legend.x0 and legend.x1 <= fig.bbox.x1 and fig.bbox.y0 <= legend.y0, legend
+    for part in (ax.bbox, ax.yaxis.label.get_window_extent(renderer), ax.xaxis.label.get_window_extent(renderer)):
+        assert not legend.overlaps(part), (legend, part)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -570,8 +598,9 @@ def _in_view(page, selector: str) -> dict:
 
 
 @pytest.mark.browser
-def test_browser_every_tabs_run_and_main_figure_fit_1280x800(projector):
-    """At 1280×800, without scrolling, each tab's Run button and, after a run, its main figure are in view."""
+def test_browser_every_tabs_run_and_main_figure_fit_1280x800(server, projector):
+    """At 1280×800, without scrolling, each tab's Run button and, after a run, its main figure are in view; in
+    projector mode too, where the main figures' text is 14 px or more."""
     from playwright.sync_api import expect
 
     page = projector
@@ -598,9 +627,16 @@ def test_browser_every_tabs_run_and_main_figure_fit_1280x800(projector):
         expect(page.locator(f"#{prefix}-status")).not_to_be_empty(timeout=60_000)
         _in_view(page, f"{figure} img")
         _in_view(page, f"#{prefix}-run")
+        if prefix == "traj":  # the claim stands above the figure, in view with it
+            _in_view(page, "#traj-claim")
+            expect(page.locator("#traj-claim")).to_contain_text("client 7")
+    _projector_text_sizes(page, server[1])
     page.get_by_role("tab", name="Train & compare").click()
     verdict = page.locator("#train-verdict")
     _in_view(page, "#train-verdict")  # the verdict on federating, beside the curves
+    # FedProx's setting (this test's): why FedProx wins or not, in the runs' numbers, beside the curves
+    expect(verdict).to_contain_text("clients straggle")
+    expect(verdict).to_contain_text(re.compile(r"(Why FedProx wins here|Here FedProx does not beat FedAvg)"))
     # the scenario where federating pays is one click away: it sets Dir(0.5), says so, and runs
     said = verdict.inner_text()
     _in_view(page, "#train-collab")
@@ -612,6 +648,65 @@ def test_browser_every_tabs_run_and_main_figure_fit_1280x800(projector):
     page.get_by_role("tab", name="Runs").click()
     expect(page.locator("#runs-table")).to_contain_text("FedALA", timeout=30_000)
     _in_view(page, "#runs-table")
+
+
+# what each tab's Run sent in the test above (the FedProx scenario, 5 rounds): its own inputs, by handler
+SENT = {"ladder": {"seeds": 3}, "train": {"algos": ["fedavg", "fedprox"]}, "ala": {"client": 0, "round_": 5},
+        "trajectory": {"client": 7, "K": 3, "before": 2, "grid": 21, "setting": "paper"},
+        "ablation": {"param": "s", "values": "5,20,50,80,100", "seeds": 1},
+        "fedlama": {"tau0": 5, "phi": 2, "with_ala": False, "rule": "authors", "lama_rounds": 6}}
+HANDLERS = {"ladder": "ladder", "train": "train", "ala": "ala", "traj": "trajectory", "abl": "ablation",
+            "lama": "fedlama"}
+
+
+def _projector_text_sizes(page, store) -> None:
+    """Projector mode on, every tab run again (its runs are stored: served), and each main figure's smallest text
+    measured as shown: its size in points (the figure the server drew, drawn again here from the same store with
+    the same values) × CSS px per point on the page (the image's displayed width / its natural width × the
+    figure's dpi / 72). Gradio sends a matplotlib figure as a PNG of its full size at its own dpi: the image's
+    natural width is the figure's width in inches × dpi, checked. The size is the text's em size, as CSS gives a
+    font's size: it must be 14 px or more. The figures stay in view."""
+    from matplotlib.figure import Figure
+    from matplotlib.text import Text
+    from playwright.sync_api import expect
+
+    from fedala_lab.webapp import ui
+    from fedala_lab.webapp.settings import SCENARIO_FIELDS, scenario_values
+
+    page.locator("#projector input").check()
+    values, _ = scenario_values("fedprox")
+    settings = {**{k: ui.DEFAULTS[k] for k in ui.DATA_FIELDS + ui.TRAIN_FIELDS},
+                **dict(zip(SCENARIO_FIELDS, values)), "rounds": 5}
+    app = ui.LectureApp(store, projector=True)
+    shown = {"data": (app.partition(**{k: settings[k] for k in ui.DATA_FIELDS})[0], "#data-plot")}
+    page.get_by_role("tab", name="Data").click()
+    before = _img_src(page, "#data-plot")
+    page.locator("#data-kind").get_by_text("heatmap").click()
+    _wait_img(page, "#data-plot", before)
+    before = _img_src(page, "#data-plot")
+    page.locator("#data-kind").get_by_text("bubbles").click()
+    _wait_img(page, "#data-plot", before)
+    for tab, (prefix, figure) in TABS.items():
+        page.get_by_role("tab", name=tab).click()
+        before = _img_src(page, figure)
+        page.locator(f"#{prefix}-run").click()
+        _wait_img(page, figure, before, timeout=120_000)
+        expect(page.locator(f"#{prefix}-status")).to_contain_text("served from the run store", timeout=60_000)
+        name = HANDLERS[prefix]
+        out = getattr(app, name)(**SENT[name], **settings)
+        shown[prefix] = (next(o for o in out if isinstance(o, Figure)), figure)
+        shown[prefix] += (page.evaluate("(s) => { const i = document.querySelector(s + ' img');"
+                                        " return [i.clientWidth, i.naturalWidth]; }", figure),)
+        _in_view(page, f"{figure} img")
+    page.get_by_role("tab", name="Data").click()
+    shown["data"] += (page.evaluate("() => { const i = document.querySelector('#data-plot img');"
+                                    " return [i.clientWidth, i.naturalWidth]; }"),)
+    for key, (fig, selector, (width, natural)) in shown.items():
+        dpi = fig.dpi
+        assert natural == round(fig.get_size_inches()[0] * dpi), (key, natural, fig.get_size_inches())
+        points = min(t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip())
+        px = points * width / natural * dpi / 72
+        assert px >= 14, f"{key}: smallest text {points:g} pt shown at {px:.1f} px ({width} of {natural} px)"
 
 
 def _newest_checkpoint(store: Path) -> float:
@@ -697,3 +792,180 @@ def test_browser_clients_slider_offers_only_what_the_split_serves(projector):
     expect(page.locator("#clients input[type='number']")).to_have_value("5")
     page.wait_for_timeout(1000)
     assert page.locator("[data-testid='toast-body'].error").count() == 0  # no error, anywhere
+
+
+def _drag(page, elem_id: str, to: float, steps: int = 30) -> None:
+    """Drag a slider's handle with the mouse from its value to ``to`` (past the end when ``to`` is an end)."""
+    slider = page.locator(f"#{elem_id} input[type='range']")
+    box = slider.bounding_box()
+    lo, hi = float(slider.get_attribute("min")), float(slider.get_attribute("max"))
+    value = float(page.locator(f"#{elem_id} input[type='number']").input_value())
+
+    def x(v):
+        return box["x"] + box["width"] * (v - lo) / (hi - lo)
+
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(x(value), y)
+    page.mouse.down()
+    for i in range(1, steps + 1):
+        page.mouse.move(x(value) + (x(to) - x(value)) * i / steps + (8 if to >= hi else -8 if to <= lo else 0) *
+                        (i == steps), y)
+        page.wait_for_timeout(20)
+    page.mouse.up()
+
+
+def _requests(page) -> list[str]:
+    """Every request the page sends to the app's API from now on (queued jobs and direct calls), as sent."""
+    sent: list[str] = []
+    page.on("request", lambda r: sent.append(r.post_data or "") if "/gradio_api/" in r.url and r.method == "POST"
+            else None)
+    return sent
+
+
+@pytest.mark.browser
+def test_browser_clients_box_and_slider_do_what_is_typed_and_dragged(server, projector):
+    """Issue 48, items 1, 2 and 5. Dragging the clients slider from 20 to 2 and back to its end: no warning flood
+    and no traceback in the server log, the Trajectory tab's client slider follows (its range, its value inside
+    it); typing 5 + Enter into the clients box redraws the partition with 5 clients, and a click into the box
+    neither redraws nor resets it; a click into the ALA tab's round box starts nothing. (And a figure's download
+    button downloads it.)"""
+    from playwright.sync_api import expect
+
+    page, log = projector, server[1] / "server.log"
+    logged = len(log.read_text())
+    # the download button under a figure gives the figure shown, as a PNG file
+    with page.expect_download() as got:
+        page.locator("#data-plot-download").click()
+    with open(got.value.path(), "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n" and got.value.suggested_filename.endswith(".png")
+    toasts = page.locator("[data-testid='toast-body']")
+    page.get_by_role("tab", name="Trajectory").click()
+    _set(page, "traj-client", 15)
+    page.get_by_role("tab", name="Data").click()
+    top = int(page.locator("#clients input[type='range']").get_attribute("max"))
+    _drag(page, "clients", 2)
+    expect(page.locator("#clients input[type='number']")).to_have_value("2")
+    page.wait_for_timeout(2000)
+    assert toasts.count() == 0, toasts.all_inner_texts()
+    page.get_by_role("tab", name="Trajectory").click()
+    client = page.locator("#traj-client")
+    expect(client.locator("input[type='range']")).to_have_attribute("max", "1", timeout=15_000)
+    expect(client.locator("input[type='number']")).to_have_value("1")  # 15 moved into 0 … 1
+    page.get_by_role("tab", name="Data").click()
+    _drag(page, "clients", top)
+    expect(page.locator("#clients input[type='number']")).to_have_value(str(top))
+    page.wait_for_timeout(2000)
+    assert toasts.count() == 0, toasts.all_inner_texts()
+    page.get_by_role("tab", name="Trajectory").click()
+    expect(client.locator("input[type='range']")).to_have_attribute("max", str(top - 1), timeout=15_000)
+    page.get_by_role("tab", name="Data").click()
+    _set(page, "clients", 1)  # below the slider's range: kept as typed (a Run refuses it), nothing follows it
+    page.wait_for_timeout(2000)
+    expect(page.locator("#clients input[type='number']")).to_have_value("1")
+    added = log.read_text()[logged:]
+    assert "Traceback" not in added and "minimum must be less than maximum" not in added, added[-2000:]
+    _set(page, "clients", top)
+    page.wait_for_timeout(1500)
+
+    # typing into the clients box: a click only focuses it (nothing sent, nothing reset), Enter commits
+    page.get_by_role("tab", name="Data").click()
+    sent = _requests(page)
+    box = page.locator("#clients input[type='number']")
+    box.click()
+    page.wait_for_timeout(1500)
+    assert sent == [] and box.input_value() == str(top)
+    box.press("Control+a")
+    page.keyboard.type("5")
+    page.wait_for_timeout(1500)
+    expect(box).to_have_value("5")  # not reset by an answer to the click
+    before = _img_src(page, "#data-plot")
+    box.press("Enter")
+    _wait_img(page, "#data-plot", before)
+    expect(page.locator("#data-table [data-testid='cell-4-0']")).to_be_visible(timeout=15_000)  # clients 0–4
+    expect(page.locator("#data-table [data-testid='cell-5-0']")).to_have_count(0)
+    expect(box).to_have_value("5")
+
+    # the ALA tab's round box: a click into it is no "release" of the slider, so no FedALA run starts
+    page.get_by_role("tab", name="ALA inside").click()
+    page.wait_for_timeout(1000)
+    sent.clear()
+    page.locator("#ala-round input[type='number']").click()
+    page.wait_for_timeout(2000)
+    assert sent == [] and page.locator("#ala-status").inner_text().strip() == ""
+
+
+@pytest.mark.browser
+def test_browser_many_methods_and_what_the_page_reads(server, client, projector):
+    """Issue 48, item 7: with every method ticked the Run button stays above the fold; FedALA and FedAvg+ALA (one
+    computation) are computed once; the progress line shows the time spent, not an estimate from earlier jobs
+    ("6.9/2.9s"); bold text is set in one font (the page's fonts hold every letter: "FedAᴠg" mixed in a fallback)."""
+    import io
+    import urllib.parse
+
+    from fontTools.ttLib import TTFont
+    from playwright.sync_api import expect
+
+    from fedala_lab.webapp.settings import TRAIN_ALGOS
+
+    page, url = projector, server[0]
+    # every font face the page declares holds the letters and digits (weight 600 held "A", "B" and the space)
+    faces = page.evaluate("""() => { const out = []; for (const sheet of document.styleSheets) {
+        let rules; try { rules = sheet.cssRules; } catch (e) { continue; }
+        for (const r of rules) if (r instanceof CSSFontFaceRule)
+          out.push([r.style.getPropertyValue('font-family'), r.style.getPropertyValue('font-weight'),
+                    (r.style.getPropertyValue('src').match(/url\\("?([^")]+)"?\\)/) || [])[1]]); }
+        return out; }""")
+    assert any("Source Sans Pro" in family for family, _, _ in faces), faces
+    for family, weight, src in faces:
+        if "Source Sans Pro" not in family:
+            continue
+        with urllib.request.urlopen(urllib.parse.urljoin(url + "/", src), timeout=10) as r:
+            cmap = TTFont(io.BytesIO(r.read())).getBestCmap()
+        missing = [c for c in "FedAvgALAMProx0123456789" if ord(c) not in cmap]
+        assert not missing, (family, weight, src, missing)
+
+    # every method ticked: the Run button still in view at 1280×800
+    page.get_by_role("tab", name="Train & compare").click()
+    page.locator("#algos input").click()
+    for label, _ in TRAIN_ALGOS:
+        option = page.get_by_role("option", name=label, exact=True)
+        if not option.count():
+            page.locator("#algos input").click()
+        if option.get_attribute("aria-selected") != "true":
+            option.click()
+    page.keyboard.press("Escape")
+    expect(page.locator("#algos")).to_contain_text("PartialFed+ALA")
+    _in_view(page, "#train-run")
+
+    # the progress line: rounds and the time spent, never "spent/expected s" from earlier jobs' mean
+    _set(page, "rounds", 3)
+    _set(page, "seed", 31)
+    page.locator("#scenario").get_by_text("when federating pays").click()  # a scenario ticks its few methods
+    expect(page.locator("#beta input")).to_have_value("0.5", timeout=15_000)
+    page.locator("#scenario").get_by_text("the lecture's default").click()
+    expect(page.locator("#algos")).not_to_contain_text("PartialFed", timeout=15_000)
+    page.locator("#train-run").click()
+    expect(page.locator("#train-status")).to_contain_text("run(s) in", timeout=120_000)
+    _set(page, "seed", 32)
+    _set(page, "rounds", 25)  # longer than the job before: Gradio's estimate from it would be exceeded
+    page.locator("#train-run").click()
+    status = page.locator("#train-status")
+    expect(status).to_contain_text(re.compile(r"\d+/\d+ rounds \|\s+\d+\.\ds"), timeout=120_000)
+    seen, shown = [], set()
+    while "run(s) in" not in (text := status.inner_text()) or "rounds |" in text:
+        seen.append(text)
+        shown.update(re.findall(r"\d+\.\d/\d+\.\ds", page.inner_text("body")))  # any status on the page
+        page.wait_for_timeout(100)
+    for _ in range(20):  # and while the clients' plots are drawn after the runs
+        shown.update(re.findall(r"\d+\.\d/\d+\.\ds", page.inner_text("body")))
+        page.wait_for_timeout(100)
+    assert seen and not shown, shown
+
+    # one computation, one run: FedAvg+ALA is FedALA (through the API, on the small settings)
+    from fedala_lab.record.store import RunStore
+
+    *_, summary, said = client.predict(["fedala", "fedavg+ala"], **{**SMALL, "seed": 41}, api_name="/train")
+    assert [r["algorithm"] for r in _rows(summary)] == ["FedALA"] and said.startswith("1 run(s) in")
+    assert "Computed once: FedAvg+ALA is FedALA" in said
+    listed = RunStore(server[1]).list()
+    assert not (listed["algo"] == "fedavg+ala").any()

@@ -25,6 +25,7 @@ LAYERS = {
     "fedala_lab.environ": 1,
     "fedala_lab._version": 1,
     "fedala_lab.fingerprint": 1,
+    "fedala_lab.progress": 1,  # progress bars (tqdm's) that a notebook keeps as they ended
     "fedala_lab.numerics": 1,  # which CPU kernels compute (torch imported only inside its functions)  # what names code in a run key: reads files and code objects, imports no module of ours
     # 2: data (with its config) and models; and compute/, the primitives the algorithms build on (derived random
     # generators, batch plans, the per-client step functions and the backends that run them over clients)

@@ -187,6 +187,9 @@ def test_executes_headless(path, smoke_store, monkeypatch):
     wanted = sum("What we measured" in c.source for c in _code(nb))
     assert sum(t.startswith("**What we measured**") for t in written) == wanted, path.name
     assert _has_image(outputs), f"{path.name} drew no figure"
+    # progress bars are kept as they ended (an executed notebook kept a widget's first text: "0%|")
+    bars = [m for o in outputs for m in re.findall(r"(\d+)%\|", o.get("data", {}).get("text/plain", ""))]
+    assert all(b == "100" for b in bars), f"{path.name}: progress bars kept unfinished: {bars}"
     # what each interact drew with its default values
     widget = _widget_outputs(nb)
     errors = [f"{o.get('ename')}: {o.get('evalue')}" for o in widget if o.get("output_type") == "error"]

@@ -177,7 +177,7 @@ class LossFunction:
         b = torch.as_tensor(np.asarray(basis), dtype=torch.float64, device=dev)
         gx, gy = np.meshgrid(np.asarray(xs, np.float64), np.asarray(ys, np.float64))  # (ny, nx)
         coords = torch.as_tensor(np.stack([gx.ravel(), gy.ravel()], 1), device=dev)
-        from tqdm.auto import tqdm
+        from ..progress import bar as tqdm  # a notebook keeps how it ended
 
         starts = range(0, len(coords), self.chunk)
         bar = tqdm(total=len(starts), desc="loss surface", unit="chunk", disable=not progress, leave=False)

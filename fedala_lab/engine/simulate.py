@@ -232,7 +232,7 @@ class Simulation(rounds.RoundState):
         ``False`` stops the run (a checkpoint is written first when ``checkpoint`` is given) by raising
         :class:`RunCancelled`.
         """
-        from tqdm.auto import tqdm
+        from ..progress import bar as tqdm  # a notebook keeps how it ended
 
         try:
             with cpu_threads(self.threads):

@@ -132,7 +132,7 @@ def rounds_bar(todo_rounds: int, *, desc: str, progress: bool):
     """A progress bar over ``todo_rounds`` rounds, shown from the first round computed (a config refused before
     any round prints its one line, no bar); yields the ``on_round`` that advances it. At the end it is filled
     (a resumed or branched run computes fewer rounds than it counts)."""
-    from tqdm.auto import tqdm
+    from ..progress import bar as tqdm  # a notebook keeps how it ended
 
     bars = []
 

@@ -176,7 +176,7 @@ def _describe(cfg: RunConfig) -> str:
 def _grid_bar(spec: SweepSpec, unique: dict, todo: list, progress: bool):
     """One bar over the grid's distinct runs (those stored counted at once); yields compute's ``on_round``,
     which shows the runs in flight beside it."""
-    from tqdm.auto import tqdm
+    from ..progress import bar as tqdm  # a notebook keeps how it ended
 
     by_key = {c.key(): c for c in todo}
     in_flight: dict[str, int] = {}

@@ -17,20 +17,33 @@ import pandas as pd
 
 from ..analysis.curves import client_accuracy
 from .base import Display, new_axes
-from .style import styled_groups
+from .style import OTHERS, highlighted, legend_below, styled_groups
 
 
 class ClientDisplay(Display):
-    """What the per-client Displays share: ``frame`` is label, algo, client, acc (:func:`client_accuracy`)."""
+    """What the per-client Displays share: ``frame`` is label, algo, client, acc (:func:`client_accuracy`).
+    With more methods than ``highlight`` (besides those labelled in ``keep``), only the ``highlight`` best by
+    their clients' mean accuracy and those in ``keep`` are in colour, the others grey (:func:`.style.highlighted`)."""
 
-    def __init__(self, frame: pd.DataFrame, *, title: str | None = None):
+    def __init__(self, frame: pd.DataFrame, *, title: str | None = None, highlight: int | None = None, keep=()):
         self.frame_ = frame
         self.title = title
+        self.highlight = highlight
+        self.keep = tuple(keep)
 
     @classmethod
-    def from_runs(cls, runs, *, labels=None, ax=None, title: str | None = None):
+    def from_runs(cls, runs, *, labels=None, ax=None, title: str | None = None, highlight: int | None = None,
+                  keep=()):
         """Each client's accuracy at its run's last evaluated round (labels: as for the curves), drawn."""
-        return cls(client_accuracy(runs, labels), title=title).plot(ax=ax)
+        return cls(client_accuracy(runs, labels), title=title, highlight=highlight, keep=keep).plot(ax=ax)
+
+    def _groups(self) -> list[tuple]:
+        """(label, rows, colour, line style, in colour?) per method, the ones not highlighted in grey."""
+        groups = styled_groups(self.frame_)
+        means = self.frame_.groupby("label", sort=False)["acc"].mean().sort_values(ascending=False, kind="stable")
+        shown = set(highlighted(list(means.index), self.highlight, self.keep))
+        return [(label, rows, colour if label in shown else OTHERS, ls, label in shown)
+                for label, rows, colour, ls in groups]
 
 
 class ClientAccuracyDisplay(ClientDisplay):
@@ -43,20 +56,28 @@ class ClientAccuracyDisplay(ClientDisplay):
         fig, ax = new_axes(ax, figsize=(max(6.4, 0.3 * n_clients + 2.5), 4.3))
         spread = df.groupby("client")["acc"].agg(["min", "max"])
         self.ranges_ = ax.vlines(spread.index, spread["min"], spread["max"], color="0.8", lw=3, zorder=1)
-        groups = styled_groups(df)
+        groups = self._groups()
+        rest = sum(1 for *_, shown in groups if not shown)
         self.markers_ = []
-        for i, (label, rows, colour, _) in enumerate(groups):
+        for i, (label, rows, colour, _, shown) in enumerate(groups):
             shift = 0.5 * (i - (len(groups) - 1) / 2) / max(len(groups), 1)  # side by side within a client
             # the clients' unweighted mean, not the pooled accuracy (every test image counted once) of tables
-            self.markers_.append(ax.scatter(rows["client"] + shift, rows["acc"], s=22, color=colour, zorder=3,
-                                            label=f"{label}: mean over clients {rows['acc'].mean():.1f} %"))
+            if shown:
+                name = f"{label}: mean over clients {rows['acc'].mean():.1f} %"
+            else:  # one legend entry for them all, on the first
+                first = not any(m.get_label().endswith("(grey)") for m in self.markers_)
+                name = f"{rest} others (grey)" if first else "_nolegend_"
+            self.markers_.append(ax.scatter(rows["client"] + shift, rows["acc"], s=22 if shown else 10, color=colour,
+                                            zorder=3 if shown else 2, label=name))
         ax.set_xlabel("client")
         ax.set_ylabel("test accuracy (%), last evaluated round")
         ax.set_xticks(range(0, n_clients, 1 if n_clients <= 30 else max(1, n_clients // 20)))
         ax.set_ylim(-2, 102)
         ax.grid(True, axis="y")
-        if self.markers_:  # below the axes: inside, it would cover clients' markers
-            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=min(len(groups), 3), frameon=False)
+        if self.markers_:  # below the axes: inside, it would cover clients' markers; the grey ones last
+            named = sorted((m for m in self.markers_ if m.get_label()[0] != "_"),
+                           key=lambda m: m.get_label().endswith("(grey)"))
+            legend_below(ax, named, 3)
         ax.set_title(self.title or "Accuracy of each client's model")
         return self._drawn(fig, ax)
 
@@ -69,8 +90,8 @@ class ClientSpreadDisplay(ClientDisplay):
         import seaborn as sns  # here: importing seaborn takes seconds
 
         df = self.frame_
-        groups = styled_groups(df)
-        palette = {label: colour for label, _, colour, _ in groups}
+        groups = self._groups()
+        palette = {label: colour for label, _, colour, *_ in groups}
         # up to 5 methods side by side; more as rows (a figure as wide as 18 boxes would show as a thumbnail)
         across = len(groups) > 5
         size = (6.4, 0.42 * len(groups) + 1.3) if across else (max(4.0, 1.3 * len(groups) + 2), 3.8)
@@ -83,7 +104,7 @@ class ClientSpreadDisplay(ClientDisplay):
                             showfliers=False, width=0.55, legend=False, ax=ax)
             sns.stripplot(data=df, **xy, hue="label", palette=palette, size=4, alpha=0.75,
                           jitter=0.18, legend=False, ax=ax)
-        self.medians_ = {label: float(np.median(rows["acc"])) for label, rows, _, _ in groups}
+        self.medians_ = {label: float(np.median(rows["acc"])) for label, rows, *_ in groups}
         value_axis = "x" if across else "y"
         getattr(ax, f"set_{value_axis}label")("test accuracy of a client (%)")
         getattr(ax, f"set_{'y' if across else 'x'}label")("")

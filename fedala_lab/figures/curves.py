@@ -8,11 +8,15 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import pandas as pd
 
 from ..analysis.curves import ROUND_METRICS, accuracy_curves
 from .base import Display, new_axes
-from .style import styled_groups
+from .style import OTHERS, highlighted, legend_below, styled_groups
+
+LONG_LABEL = 28  # characters: a legend with a longer label goes under the axes
 
 
 class AccuracyCurveDisplay(Display):
@@ -40,12 +44,10 @@ class AccuracyCurveDisplay(Display):
     def highlighted_(self) -> list:
         """The labels drawn in colour: all, or the ``highlight`` best by their last value plus ``keep``."""
         labels = list(dict.fromkeys(self.curves_["label"]))
-        if self.highlight is None or len(labels) <= self.highlight + len(self.keep):
-            return labels
         last = self.curves_.groupby("label", sort=False)["value"].last()
         best = last.sort_values(ascending=self.metric != "acc" and "acc" not in self.metric).index
-        top = list(best[:self.highlight])
-        return [lab for lab in labels if lab in top or lab in self.keep]
+        chosen = set(highlighted(list(best), self.highlight, self.keep))
+        return [lab for lab in labels if lab in chosen]
 
     def plot(self, ax=None):
         fig, ax = new_axes(ax, figsize=(6.4, 4.0))
@@ -59,7 +61,7 @@ class AccuracyCurveDisplay(Display):
                 (line,) = ax.plot(df["round"], df["value"], ls=ls, marker="o" if dots else None, ms=3,
                                   lw=1.6 if rest else 1.4, color=colour, label=str(label), zorder=3)
             else:  # one legend entry for all of them, on the first
-                (line,) = ax.plot(df["round"], df["value"], lw=0.8, color="0.72", zorder=2,
+                (line,) = ax.plot(df["round"], df["value"], lw=0.8, color=OTHERS, zorder=2,
                                   label=f"{len(rest)} others (grey)" if label == rest[0] else "_nolegend_")
             self.lines_.append(line)
         self.mark_lines_ = []
@@ -74,7 +76,14 @@ class AccuracyCurveDisplay(Display):
         ax.set_xlabel("round")
         ax.set_ylabel(ROUND_METRICS[self.metric])
         ax.grid(True, alpha=0.3)
-        if self.lines_:
+        named = [line.get_label() for line in self.lines_ if not line.get_label().startswith("_")]
+        if named and max(len(n) for n in named) > LONG_LABEL:
+            # long labels (the Runs tab names each run's settings): under the axes, where they cover no curve
+            # and no axis label, one or two columns as the figure's width allows
+            for line in self.lines_:
+                line.set_label(textwrap.fill(line.get_label(), 70))
+            legend_below(ax, [line for line in self.lines_ if not line.get_label().startswith("_")], 2, fontsize=8)
+        elif named:
             ax.legend(frameon=False, fontsize=8)
         ax.set_title(self.title or f"{ROUND_METRICS[self.metric].split(' (')[0]} per round")
         return self._drawn(fig, ax)

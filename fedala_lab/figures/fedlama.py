@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..analysis import fedlama as lama
 from .base import Display, new_axes
-from .style import line_styles, method_of
+from .style import legend_below, line_styles, method_of
 
 _MAX_NAMED_LAYERS = 16  # beyond this, layer names on an axis become unreadable: show ranks / indices
 
@@ -121,7 +121,7 @@ class CommAccuracyDisplay(Display):
         ax.set_ylim(max(0.0, lo - 2), min(100.0, hi + 1.5))
         ax.grid(True, alpha=0.3)
         # below the axes: inside, it would cover the curves' ends, where the comparison is read
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1, fontsize=8, frameon=False)
+        legend_below(ax, ax.get_legend_handles_labels()[0], 1, fontsize=8)
         ax.set_title(self.title or "Accuracy vs communication (same local SGD steps)")
         return self._drawn(fig, ax)
 

@@ -17,7 +17,7 @@ import pandas as pd
 from ..analysis import stats
 from ..analysis.curves import ROUND_METRICS, accuracy_curves, unique_labels
 from .base import Display, new_axes
-from .style import colour_for, styled_groups
+from .style import OTHERS, colour_for, highlighted, styled_groups
 
 
 def ranked_frame(runs, labels=None, metric: str = "final_acc") -> pd.DataFrame:
@@ -38,15 +38,20 @@ class RankedAccuracyDisplay(Display):
     vertical bar with its value written beside it, the 95 % interval of the mean over seeds as a line when there
     is one (:mod:`~fedala_lab.analysis.stats`)."""
 
-    def __init__(self, frame: pd.DataFrame, *, metric: str = "final_acc", title: str | None = None):
+    def __init__(self, frame: pd.DataFrame, *, metric: str = "final_acc", title: str | None = None,
+                 highlight: int | None = None, keep=()):
         self.frame_ = frame
         self.metric = metric
         self.title = title
+        self.highlight = highlight  # with more rows: the best few (and those in keep) in colour, the rest grey
+        self.keep = tuple(keep)
 
     @classmethod
-    def from_runs(cls, runs, *, labels=None, metric: str = "final_acc", ax=None, title: str | None = None):
+    def from_runs(cls, runs, *, labels=None, metric: str = "final_acc", ax=None, title: str | None = None,
+                  highlight: int | None = None, keep=()):
         """Rank ``runs`` (labels: one per run; equal labels are one method over seeds)."""
-        return cls(ranked_frame(runs, labels, metric), metric=metric, title=title).plot(ax=ax)
+        return cls(ranked_frame(runs, labels, metric), metric=metric, title=title, highlight=highlight,
+                   keep=keep).plot(ax=ax)
 
     @property
     def ranking_(self) -> pd.DataFrame:
@@ -63,8 +68,9 @@ class RankedAccuracyDisplay(Display):
         fig, ax = new_axes(ax, figsize=(6.4, max(2.2, 0.32 * len(rank) + 1.1)))
         y = np.arange(len(rank))[::-1]  # best on top
         lo = self.frame_["value"].min() if len(self.frame_) else 0.0
+        shown = set(highlighted(list(rank["label"]), self.highlight, self.keep))
         for yi, r in zip(y, rank.itertuples(index=False)):
-            colour = colour_for(r.algo)
+            colour = colour_for(r.algo) if r.label in shown else OTHERS
             vals = self.frame_.loc[self.frame_["label"] == r.label, "value"]
             ax.scatter(vals, np.full(len(vals), yi), s=16, color=colour, alpha=0.6, zorder=3)
             if np.isfinite(r.lo):

@@ -20,7 +20,7 @@ import numpy as np
 from ..analysis.landscape import Landscape, compute_landscape
 from ..config import algo_label
 from .base import Display, new_axes
-from .style import line_styles, method_of
+from .style import legend_columns, line_styles, method_of
 
 
 class TrajectoryDisplay(Display):
@@ -102,8 +102,10 @@ class TrajectoryDisplay(Display):
         handles += [Line2D([], [], ls="", marker="o", color="tab:red", label="start of round (initialised)"),
                     Line2D([], [], ls="", marker="s", color="tab:green", label="end of round (trained)")]
         # below the axes: inside, it would hide the trajectories it explains
-        self.legend_ = ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.11), ncol=2,
-                                 fontsize=7.5, frameon=False)
+        # under the figure, centred on it (under the axes alone, beside the colour bar, long labels stuck out)
+        self.legend_ = ax.figure.legend(handles=handles, loc="outside lower center", fontsize=7.5, frameon=False,
+                                        ncol=legend_columns([h.get_label() for h in handles],
+                                                            fig.get_size_inches()[0], 2))
         ev = ls.explained_variance
         ax.set_xlabel(f"C1: {100 * ev[0]:.2f} %")
         ax.set_ylabel(f"C2: {100 * ev[1]:.2f} %")

@@ -16,6 +16,7 @@ which sets :func:`~.env.offline_env` first.
 from __future__ import annotations
 
 import argparse
+import time
 
 from .. import numerics
 from ..environ import check_environment
@@ -23,7 +24,8 @@ from .env import default_store_root, offline_env
 
 offline_env()  # before any module of the app imports gradio: it reads these at import time
 
-__all__ = ["add_arguments", "app_processes", "cmd_app", "default_store_root", "launch", "main", "offline_env"]
+__all__ = ["add_arguments", "add_lecture_arguments", "app_processes", "cmd_app", "cmd_lecture", "default_store_root",
+           "launch", "main", "offline_env"]
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7860
@@ -61,6 +63,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"clicks served at once; further clicks wait in the queue (default {DEFAULT_CONCURRENCY})",
     )
     p.add_argument(
+        "--projector",
+        action="store_true",
+        help="start in projector mode: figure text of 14 px or more at 1280×800, thick lines, high contrast "
+        "(a toggle on the page; each browser session may change its own)",
+    )
+    p.add_argument(
         "--processes",
         default="auto",
         help="processes computing a click's runs side by side (default auto: one per CPU core, at most 4, "
@@ -70,7 +78,81 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_app(args) -> int:
     launch(host=args.host, port=args.port, share=args.share, store=args.store, concurrency=args.concurrency,
-           processes=args.processes)
+           processes=args.processes, projector=args.projector)
+    return 0
+
+
+def add_lecture_arguments(p: argparse.ArgumentParser) -> None:
+    """``fedala-lab lecture prepare`` and ``fedala-lab lecture export DIR`` (fedala_lab/cli.py)."""
+    p.add_argument("action", choices=["prepare", "export"],
+                   help="prepare: compute every tab's defaults and scenarios into the app's run store, so that every "
+                        "default click is instant; export: write every tab's figures at projector size (PNG, SVG) "
+                        "and a one-page handout per view (Markdown, HTML) into DIR")
+    p.add_argument("dir", nargs="?", default=None, help="export: the folder to write into")
+    p.add_argument("--store", default=None,
+                   help="the app's run store folder (default: $FEDALA_LAB_APP_RUNS or ./runs/app, as the app's)")
+    p.add_argument("--processes", default="auto",
+                   help="processes computing runs side by side (default auto, as the app's --processes)")
+    p.add_argument("--notebooks", default=None, metavar="FOLDER",
+                   help="prepare: also execute the lecture notebooks in FOLDER once (e.g. notebooks/), so that in "
+                        "class each reads its runs from its run store ($FEDALA_LAB_RUNS or the runs/ beside FOLDER)")
+    p.add_argument("--dpi", type=int, default=200, help="export: PNG resolution (default 200)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def cmd_lecture(args) -> int:
+    """Prepare the lecture, or export its figures and handouts (see :mod:`.lecture`)."""
+    from pathlib import Path
+
+    from ..errors import ConfigError
+
+    if args.action == "export" and not args.dir:
+        raise ConfigError("dir", None, "a folder to write the figures and handouts into (fedala-lab lecture export DIR)")
+    if args.action == "prepare" and args.dir:
+        raise ConfigError("dir", args.dir, "nothing: prepare writes into the app's run store (--store)")
+    if args.notebooks is not None and (args.action != "prepare" or not Path(args.notebooks).is_dir()):
+        raise ConfigError("notebooks", args.notebooks, "a folder of lecture notebooks, with prepare")
+    if not 50 <= args.dpi <= 600:
+        raise ConfigError("dpi", args.dpi, "a whole number from 50 to 600")
+    if args.dir and Path(args.dir).exists() and not Path(args.dir).is_dir():
+        raise ConfigError("dir", args.dir, "a folder (this is a file)")
+    processes = app_processes(args.processes)
+    import torch  # the environment and numerics: checked and applied by the command line before this
+    from tqdm.auto import tqdm
+
+    torch.set_num_threads(1)  # as the app: one thread per simulation, processes for more
+    from . import lecture
+    from .ui import LectureApp
+
+    app = LectureApp(args.store, processes, projector=args.action == "export")
+    bar = tqdm(total=1000, desc=f"lecture {args.action}", disable=args.no_progress, dynamic_ncols=True,
+               bar_format="{l_bar}{bar}| {elapsed} {postfix}")
+
+    def report(fraction, text):
+        bar.update(round(1000 * fraction) - bar.n)
+        bar.set_postfix_str(text[:90], refresh=True)
+
+    try:
+        if args.action == "prepare":
+            done = lecture.prepare(app, report)
+            bar.write(done.summary())
+            if args.notebooks:
+                bar.reset()
+                bar.set_description("lecture notebooks")
+                tic = time.perf_counter()
+                ran = lecture.run_notebooks(args.notebooks, report)
+                bar.close()
+                print(f"{len(ran)} notebooks executed in {time.perf_counter() - tic:.0f} s: their runs are in "
+                      f"{lecture.notebooks_store(args.notebooks)}, and each now reads them instead of training.")
+        else:
+            tic = time.perf_counter()
+            files = lecture.export(app, args.dir, report, dpi=args.dpi)
+            bar.close()
+            print(f"{len(files)} files in {time.perf_counter() - tic:.0f} s → {Path(args.dir) / 'index.html'}")
+    finally:
+        bar.close()
+        if app.pool is not None:
+            app.pool.close()
     return 0
 
 
@@ -82,11 +164,13 @@ def launch(
     store=None,
     concurrency: int = DEFAULT_CONCURRENCY,
     processes: int | str = "auto",
+    projector: bool = False,
     prevent_thread_lock: bool = False,
     quiet: bool = False,
 ):
     """Build the app and serve it (blocks until Ctrl-C unless ``prevent_thread_lock``). ``processes``: how many
-    processes compute a click's runs side by side ("auto": :func:`app_processes`; 1: in this process)."""
+    processes compute a click's runs side by side ("auto": :func:`app_processes`; 1: in this process).
+    ``projector``: figures in projector mode until a session turns it off (:mod:`fedala_lab.figures.style`)."""
     from ..algorithms.plugins import env_modules
     from ..errors import ConfigError
 
@@ -112,7 +196,7 @@ def launch(
     torch.set_num_threads(1)
     from .ui import build_app, launch_kwargs, warm_up
 
-    demo = build_app(store=store, concurrency=concurrency, processes=processes)
+    demo = build_app(store=store, concurrency=concurrency, processes=processes, projector=bool(projector))
     # Before serving: partition the default data and trace the engine's first steps, so the lecturer's
     # first click does not pay for them (≈ 3 s on a laptop CPU). Nothing is stored. Not in a background
     # thread: it would build a model while a first click may build another (see DEFAULT_CONCURRENCY).

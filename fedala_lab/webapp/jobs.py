@@ -33,6 +33,7 @@ from ..errors import FedalaError, FilesMissing, RunCancelled, SplitFailed
 from ..experiments.execute import compute
 from ..experiments.pool import RunPool
 from ..experiments.runs import RunCache
+from ..figures.style import projector
 from ..record.run import Run, computed_on
 from ..record.store import RunStore
 from .env import default_store_root
@@ -47,12 +48,16 @@ PROGRESS = gr.Progress()
 
 
 def friendly(fn):
-    """Turn library errors into a visible ``gr.Error`` with the library's message (never a traceback)."""
+    """Turn library errors into a visible ``gr.Error`` with the library's message (never a traceback); draw in
+    the session's projector mode (:meth:`Jobs.projecting`) when ``fn`` is a handler of the app."""
 
     @functools.wraps(fn)  # keeps the signature: Gradio still sees gr.Progress and gr.Request parameters
     def wrapper(*args, **kwargs):
+        app = args[0] if args and isinstance(args[0], Jobs) else None
+        request = next((a for a in (*args, *kwargs.values()) if isinstance(a, gr.Request)), None)
         try:
-            return fn(*args, **kwargs)
+            with projector(app is not None and app.projecting(request)):
+                return fn(*args, **kwargs)
         except gr.Error:
             raise
         except FilesMissing as err:  # the app fetches nothing by itself: the Data tab has a Download button
@@ -228,7 +233,9 @@ class Fetched:
 class Jobs:
     """The handlers' common ground, bound to one run store: Stop and getting runs."""
 
-    def __init__(self, store=None, processes: int = 1):
+    def __init__(self, store=None, processes: int = 1, projector: bool = False):
+        self.projector = projector  # the figures' projector mode of a session that has not chosen (--projector)
+        self._projecting: dict[str, bool] = {}  # session → its choice (the page's toggle)
         self.store = (
             store if isinstance(store, RunStore) else RunStore(store if store is not None else default_store_root())
         )
@@ -255,6 +262,18 @@ class Jobs:
                 message = err.message if isinstance(err, gr.Error) else html_text(str(err))
                 raise gr.Error(message, visible=False, print_exception=False) from err
             raise
+
+    def projecting(self, request=None) -> bool:
+        """Whether this session's figures are drawn in projector mode: its toggle's last value, else the app's."""
+        return self._projecting.get(getattr(request, "session_hash", None), self.projector)
+
+    def set_projecting(self, on: bool, request: gr.Request = None) -> None:
+        """The page's projector toggle: this session's figures from now on (Run again redraws them)."""
+        session = getattr(request, "session_hash", None)
+        if session:
+            if len(self._projecting) > 10_000:  # sessions come and go: never a growing table
+                self._projecting.clear()
+            self._projecting[session] = bool(on)
 
     def arm(self, name: str):
         """The Run button's first step for tab ``name``: arm its stop flag (outside the queue, at once)."""
@@ -363,8 +382,9 @@ def stopped_status(stopped: Run, runs: list, places: dict, asked: int) -> str:
     which = f"{places.get(stopped.config.key(), ('',))[0]}; " if asked > 1 else ""
     status = f"Stopped after round {k} of {n} ({which}checkpoint kept: Run again resumes)."
     if asked > 1:
-        status += (f" {len(runs)} of {asked} runs finished before it and are kept in the run store."
-                   if runs else " No run of this job had finished before it.")
+        n = len(runs)
+        status += (f" {n} of the {asked} runs had finished before it: {'it is' if n == 1 else 'they are'} kept in "
+                   "the run store." if runs else " No run of this job had finished before it.")
     return status
 
 
@@ -380,8 +400,14 @@ def finished_status(got: Fetched, seconds: float, what: str = "run(s)") -> str:
             served.setdefault(computed_on(run), []).append(f"{algo_label(run.config.algo)} (key {run.config.key()})")
     if not served:
         return line + "."
-    said = "; ".join(f"{', '.join(names)} {where}" for where, names in served.items())
+    said = "; ".join(f"{', '.join(_counted(names))} {where}" for where, names in served.items())
     return f"{line} ({sum(got.cached)} served from the run store: {said})."
+
+
+def _counted(names: list[str]) -> list[str]:
+    """Each name once, with how many times it came when more than once ("FedAvg ×12")."""
+    counts = {n: names.count(n) for n in dict.fromkeys(names)}
+    return [n if k == 1 else f"{n} ×{k}" for n, k in counts.items()]
 
 
 def run_label(run: Run) -> str:

@@ -19,7 +19,7 @@ import logging
 
 import gradio as gr  # after the package's offline_env()
 
-from .jobs import Jobs
+from .jobs import PROGRESS, Jobs, friendly
 from .settings import DATA_FIELDS, DEFAULTS, TRAIN_FIELDS, Settings, data_settings, make_config
 from .tabs import ablation as ablation_tab
 from .tabs import ala as ala_tab
@@ -50,20 +50,33 @@ class LectureApp(Jobs):
     fedlama = fedlama_tab.fedlama
     runs = runs_tab.runs
 
+    @friendly
+    def prepare_lecture(self, progress=PROGRESS):
+        """Compute every tab's defaults and scenarios into the run store (:mod:`.lecture`), on the progress bar;
+        returns how long it took and what it did."""
+        from .lecture import prepare
 
-def build_app(store=None, concurrency: int = 1, processes: int = 1) -> gr.Blocks:
+        return prepare(self, lambda fraction, text: progress(fraction, desc=text)).summary()
+
+
+def build_app(store=None, concurrency: int = 1, processes: int = 1, projector: bool = False) -> gr.Blocks:
     """The Blocks page. ``concurrency`` jobs run at once (shared by every tab); more clicks queue. ``processes``
-    > 1: a job's runs are computed side by side in that many processes, started (and warmed) here."""
-    app = LectureApp(store, processes)
+    > 1: a job's runs are computed side by side in that many processes, started (and warmed) here.
+    ``projector``: the projector toggle's first value (every session may change its own)."""
+    app = LectureApp(store, processes, projector)
     if app.pool is not None:
         app.pool.start([make_config(algo=a, rounds=2) for a in ("fedavg", "fedala")])
     settings = Settings()
     with gr.Blocks(title="fedala_lab: personalised federated learning", analytics_enabled=False) as demo:
         demo.lecture_app = app  # tests reach the handlers (and the store) through the page
-        gr.Markdown(
-            "**fedala_lab · FedAvg, FedProx, FedALA and FedLAMA, live.** The data set here is every tab's (and the "
-            "training settings under *Train & compare*); runs are cached, the same settings again are instant.",
-            elem_id="app-title")
+        with gr.Row(equal_height=True):
+            gr.Markdown(
+                "**fedala_lab · FedAvg, FedProx, FedALA and FedLAMA, live.** The data set here is every tab's (and "
+                "the training settings under *Train & compare*); runs are cached, the same settings again are "
+                "instant.", elem_id="app-title")
+            # figure text of 14 px or more at 1280×800, thick lines, high contrast: the figures drawn from now on
+            projecting = gr.Checkbox(projector, label="projector mode", elem_id="projector", scale=0, min_width=170)
+        projecting.change(app.set_projecting, projecting, None, queue=False, api_name="projector")
         data_settings(settings)
         panels = []
         with gr.Tabs():
@@ -82,11 +95,31 @@ def build_app(store=None, concurrency: int = 1, processes: int = 1) -> gr.Blocks
             with gr.Tab("FedLAMA", id="fedlama"):
                 panels.append(fedlama_tab.build(app, settings))
             with gr.Tab("Runs", id="runs"):
-                runs_io = runs_tab.build(app, demo)
+                runs_io, (prepare, prepared) = runs_tab.build(app, demo)
         sim = {"concurrency_limit": concurrency, "concurrency_id": "simulation"}
+        prepare.click(app.prepare_lecture, None, prepared, api_name="prepare", show_progress_on=prepared,
+                      **sim).then(app.runs, *runs_io, **LIGHT, **PRIVATE)
         for panel in panels:
             _wire(app, panel, settings, runs_io, sim)
+    _no_estimates(demo)
     return demo
+
+
+def _no_estimates(demo: gr.Blocks) -> None:
+    """No expected duration beside a job's elapsed time ("6.9/2.9s"): Gradio shows the mean of the handler's
+    earlier durations, which says nothing when one click is served from the run store in a second and the next
+    computes for a minute (the drawing after a job, too, takes as long as the runs it draws). The elapsed time and
+    the rounds done stay. Gradio's queue gives an estimate only for a handler found in ``process_time_per_fn``."""
+    queue = getattr(demo, "_queue", None)
+    times = getattr(queue, "process_time_per_fn", None)
+    if times is None:
+        return
+
+    class Untimed(type(times)):
+        def __contains__(self, fn):
+            return False
+
+    queue.process_time_per_fn = Untimed(times.default_factory, times)
 
 
 def _wire(app: LectureApp, panel, settings: Settings, runs_io, sim: dict) -> None:
@@ -131,7 +164,10 @@ def warm_up() -> None:
 def launch_kwargs() -> dict:
     """What ``demo.launch`` needs besides host/port/share (Gradio 6: theme, css and js belong to launch)."""
     return {
-        "theme": gr.themes.Default(),
+        # Source Sans Pro at 400 and 700: the package's 600 ("SemiBold") file holds only "A", "B" and the space, so
+        # bold text mixed its "A" with a fallback font's other letters ("FedAᴠg")
+        "theme": gr.themes.Default(font=[gr.themes.LocalFont("Source Sans Pro", weights=(400, 700)), "ui-sans-serif",
+                                         "system-ui", "sans-serif"]),
         "css": CSS,
         "js": KEEP_TYPED_VALUES_JS,
         "ssr_mode": False,
@@ -149,4 +185,6 @@ CSS = """
 .note, .note p { font-size: 14px !important; color: var(--body-text-color) !important; }
 .main-plot img { max-height: calc(100vh - 340px) !important; width: auto !important; max-width: 100% !important; }
 .main-plot.below-note img { max-height: calc(100vh - 450px) !important; }
+#algos .wrap-inner { max-height: 6.6em; overflow-y: auto; }
+.figure-download { align-self: flex-start; margin-top: -6px; }
 """

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import threading
 
 import gradio as gr
 from gradio import component_meta
@@ -189,8 +190,42 @@ def whole_slider(lo, hi, value, label: str, elem_id: str, step: int = 1, *, fiel
 
 
 def plot(label: str, elem_id: str, **kw) -> gr.Plot:
-    """A figure output; its label is the accessible name only (every figure carries its own title)."""
-    return gr.Plot(label=label, elem_id=elem_id, show_label=False, **kw)
+    """A figure output; its label is the accessible name only (every figure carries its own title). Under it, a
+    button that downloads the figure shown as a PNG file (``{elem_id}-download``), there once a figure is."""
+    fig = gr.Plot(label=label, elem_id=elem_id, show_label=False, format="png", **kw)
+    button = gr.DownloadButton("⬇ PNG", elem_id=f"{elem_id}-download", size="sm", visible=False, scale=0,
+                               min_width=90, elem_classes=["figure-download"])
+    fig.change(png_file, fig, button, show_progress="hidden", **LIGHT, **PRIVATE)
+    return fig
+
+
+FIGURE_FILES = 200  # the newest figure files kept for download (older ones are deleted as new ones come)
+
+
+def png_file(shown):
+    """The figure a plot shows (the PNG it was sent as) written to a file of its own, for its download button.
+    Named by its content: a figure drawn again (served from the run store) is the same file, here and in Gradio's
+    cache (which copies what a button offers into a folder named by the content's hash)."""
+    import base64
+    import hashlib
+    import tempfile
+    from pathlib import Path
+
+    url = getattr(shown, "plot", None) or ""
+    head, _, data = url.partition(",")
+    if head != "data:image/png;base64" or not data:  # no figure (cleared) or not one of ours
+        return gr.DownloadButton(visible=False)
+    png = base64.b64decode(data)
+    folder = Path(tempfile.gettempdir(), "fedala-lab-figures")
+    folder.mkdir(exist_ok=True)
+    path = folder / f"figure-{hashlib.sha256(png).hexdigest()[:16]}.png"
+    if not path.is_file():
+        tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
+        tmp.write_bytes(png)
+        tmp.replace(path)  # never a half-written file offered
+    for old in sorted(folder.glob("figure-*.png"), key=lambda q: q.stat().st_mtime)[:-FIGURE_FILES]:
+        old.unlink(missing_ok=True)
+    return gr.DownloadButton(value=str(path), visible=True)
 
 
 def table(label: str, elem_id: str, columns, **kw) -> gr.Dataframe:
@@ -217,15 +252,20 @@ def mirror(a, b) -> None:
         src.input(None, src, dst, js="(v) => v", queue=False, **PRIVATE)
 
 
-# Gradio's slider clamps a value typed into its number box to the slider's range when the box loses focus:
-# 0 typed as the batch size would run as 1. This page script keeps an out-of-range (or empty) value as
-# typed, by stopping that focus-loss event before the slider sees it; the server then refuses the value
-# naming the setting (Slider.preprocess), and the page keeps what it showed.
+# The number box of Gradio's slider, and what this page script changes in it:
+# - its focus leaving clamps a typed value to the slider's range (0 typed as the batch size would run as 1):
+#   an out-of-range (or empty) value is kept as typed, by stopping that event before the slider sees it; the
+#   server then refuses the value naming the setting (Slider.preprocess), and the page keeps what it showed;
+# - a click into it announces the slider's value ("release"), which starts what the release starts (a redraw
+#   of the partition whose answer resets the box being typed in; the ALA tab's run): a click only focuses it;
+# - Enter announces nothing: Enter commits the typed value as the focus leaving does (a "release").
 KEEP_TYPED_VALUES_JS = """
 () => {
+  const sliderBox = (el) => el instanceof HTMLInputElement && el.type === "number"
+    && el.dataset.testid === "number-input";
   document.addEventListener("blur", (event) => {
     const box = event.target;
-    if (!(box instanceof HTMLInputElement) || box.type !== "number" || box.dataset.testid !== "number-input") {
+    if (!sliderBox(box)) {
       return;
     }
     const value = box.valueAsNumber;
@@ -234,27 +274,40 @@ KEEP_TYPED_VALUES_JS = """
       event.stopImmediatePropagation();
     }
   }, true);
+  document.addEventListener("pointerup", (event) => {
+    if (sliderBox(event.target)) {
+      event.stopPropagation();
+    }
+  }, true);
+  document.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && sliderBox(event.target)) {
+      event.target.blur();
+    }
+  }, true);
 }
 """
 
 
 def follow(source, target, field: str, top, lo: int = 0, event: str = "release") -> None:
-    """Keep ``target``'s maximum at ``top(n)`` for the value n ``source`` is released at (the client
-    slider follows N, the round sliders follow T; ``event="change"`` for a dropdown: ALA's p follows the
-    model). Its value is never moved: one now out of range is named in a warning, and a job sent it is
-    refused."""
+    """Keep ``target``'s range at ``lo`` … ``top(n)`` for the value n ``source`` is released at (the client
+    sliders follow N, the round sliders follow T; ``event="change"`` for a dropdown: ALA's p follows the model),
+    and its value inside it: a value now out of range moves to the nearest end, which the slider shows (no
+    warning: dragging N from 20 to 2 would raise one for every value passed). A value of ``source`` its own
+    range refuses (N = 1 typed, 2.5 rounds) moves nothing: Run refuses it, once, naming it."""
 
     def update(n, value):
-        # unchecked values (preprocess=False): a value the source's own check refuses (2.5 rounds, empty) moves
-        # nothing here and says nothing; Run refuses it, once, naming it
+        # unchecked values (preprocess=False): what the source's own check refuses moves nothing here
         whole_n = isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) and n == int(n)
         if not (isinstance(n, str) or whole_n):
             return gr.skip()
+        if whole_n and not source.minimum <= n <= source.maximum:
+            return gr.skip()
         hi = top(n if isinstance(n, str) else int(n))
-        if isinstance(value, (int, float)) and not lo <= value <= hi:
-            err = ConfigError(field, value, f"a whole number from {lo} to {hi} now")
-            gr.Warning(html_text(f"{err}: set it again before running"))
-        return gr.Slider(maximum=hi)
+        # a slider's range must be wider than one value (Gradio refuses minimum == maximum with a traceback):
+        # a single allowed value is offered as lo … lo + 1, the config refuses the other
+        out = {"maximum": max(hi, lo + 1)}
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not lo <= value <= hi:
+            out["value"] = min(max(value, lo), hi)
+        return gr.Slider(**out)
 
-    # queued: a warning reaches the page only from a queued event
     getattr(source, event)(update, [source, target], target, preprocess=False, **LIGHT, **PRIVATE)

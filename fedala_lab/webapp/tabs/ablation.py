@@ -17,8 +17,11 @@ from ..settings import make_config, whole
 from ..widgets import PRIVATE, Radio, plot, run_stop, table, whole_slider
 from . import Panel
 
-# Sweeps offered (small: each value is one FedALA run of the current settings).
-ABLATION_VALUES = {"p": "1,2,3", "s": "5,20,50,80,100"}
+# Sweeps offered (small: each value is one FedALA run of the current settings). s first: it shows ALA's
+# trade-off (accuracy against the images ALA spends), where p's accuracies are within the seeds' spread on the
+# teach data; the finding says so in the runs' numbers when the store holds the p sweep too.
+ABLATION_VALUES = {"s": "5,20,50,80,100", "p": "1,2,3"}
+DEFAULT = {"param": "s", "values": ABLATION_VALUES["s"], "seeds": 3}
 MAX_SWEEP = 8
 MAX_SEEDS = 5
 
@@ -68,8 +71,25 @@ def ablation(app, param, values, seeds, settings, job):
     status = finished_status(got, time.perf_counter() - tic, "FedALA run(s)")
     if got.status:
         status += f" Drawn: the {len(disp.frame_)} value(s) that finished all their seeds."
-    return (disp.figure_, shown_table(disp.frame_, param), finding(disp.frame_, param, len(cfgs) // seeds, done, own),
-            status)
+    text = finding(disp.frame_, param, len(cfgs) // seeds, done, own) + other_sweep(app, param, seeds, settings)
+    return disp.figure_, shown_table(disp.frame_, param), text, status
+
+
+def other_sweep(app, param: str, seeds: int, settings: dict) -> str:
+    """What the other default sweep (p when ``param`` is s, and the other way) found, when the app's store holds
+    all its runs with these settings and seeds (after ``fedala-lab lecture prepare``, or once run): one click on
+    it tells the rest. Empty otherwise; nothing is computed."""
+    from ...analysis.ablation import ablation_frame
+
+    other = next(k for k in ABLATION_VALUES if k != param)
+    cfgs = [make_config(algo="fedala", **{**settings, other: v, "seed": k})
+            for v in parse_values(other, ABLATION_VALUES[other]) for k in range(seeds)]
+    runs = [app.store.find(c) for c in cfgs]
+    if any(r is None for r in runs):
+        return ""
+    own = getattr(make_config(algo="fedala", **settings), other)
+    return (f"\n\n**The other sweep, {other}** (from the run store): "
+            + finding(ablation_frame(runs, other), other, runs=runs, own=own))
 
 
 def _whole_values(runs, param: str, seeds: int) -> list:
@@ -119,33 +139,40 @@ def finding(frame: pd.DataFrame, param: str, asked: int | None = None, runs=(), 
     gap = best.max() - best.min()
     head = (f"Best accuracy from {best.min():.2f} % ({param} = {lo:g}) to {best.max():.2f} % ({param} = {hi:g}): "
             f"{gap:.2f} points apart")
+    cost = ""
+    if param == "s" and "ala_images" in frame and frame["ala_images"].notna().all():
+        images = frame.set_index(param)["ala_images"]
+        cost = (f" ALA's cost grows with {param}: {int(images.iloc[0]):,} images through ALA per round at {param} = "
+                f"{images.index[0]:g}, {int(images.iloc[-1]):,} at {param} = {images.index[-1]:g} (counted).")
     if frame["n_seeds"].min() < 2:
         return (head + ", one seed. A run's accuracy also moves from seed to seed, and with one seed that spread "
-                "is not measured: close values, even equal ones, are not told apart. Set seeds to 3 to see it.")
+                "is not measured: close values, even equal ones, are not told apart. Set seeds to 3 to see it." + cost)
     ref = own if own in set(frame[param]) else frame[param].min()
     long = stats.seed_stats(stats.metrics_frame(runs, [param]), [param], against=ref, metrics=["best"])
     said = stats.verdicts(long, "best", labels={v: f"{param} = {v:g}" for v in frame[param]}, digits=2)
     return (f"{head}. Each value against {param} = {ref:g}" + (" (the page's)" if ref == own else "")
-            + ", paired by seed (best accuracy):\n\n" + "\n".join(f"- {v}" for v in said))
+            + ", paired by seed (best accuracy):\n\n" + "\n".join(f"- {v}" for v in said)
+            + ("\n\n" + cost.strip() if cost else ""))
 
 
 def build(app, settings) -> Panel:
     with gr.Row(equal_height=False):
         with gr.Column(scale=4, min_width=340):
-            gr.Markdown("FedALA once per value of p (top blocks with ALA weights) or s (% of local data used to "
-                        "learn them) and per seed (0, 1, …), everything else as set (paper Tables 1 and 6): mean and "
-                        "95 % interval over the seeds, and each value against the page's own, paired by seed. The "
-                        "cost is counted (images through ALA), and timed.",
-                        elem_classes=["note"])
+            gr.Markdown("FedALA once per value of s (% of local data used to learn ALA's weights) or p (top blocks "
+                        "with ALA weights) and per seed (0, 1, …), everything else as set (paper Tables 1 and 6): "
+                        "mean and 95 % interval over the seeds, and each value against the page's own, paired by "
+                        "seed. The cost is counted (images through ALA), and timed. Start with s, ALA's trade-off; "
+                        "then p (choose it, then Run).", elem_classes=["note"])
             with gr.Row():
-                param = Radio([("p", "p"), ("s", "s")], value="p", label="sweep", elem_id="abl-param", field="param")
-                seeds = whole_slider(1, MAX_SEEDS, 3, "seeds", "abl-seeds", field="seeds")
-            values = gr.Textbox(ABLATION_VALUES["p"], label="values (comma-separated)", elem_id="abl-values")
+                param = Radio([(k, k) for k in ABLATION_VALUES], value=DEFAULT["param"], label="sweep",
+                              elem_id="abl-param", field="param")
+                seeds = whole_slider(1, MAX_SEEDS, DEFAULT["seeds"], "seeds", "abl-seeds", field="seeds")
+            values = gr.Textbox(DEFAULT["values"], label="values (comma-separated)", elem_id="abl-values")
             run, stop, status = run_stop("abl")
         with gr.Column(scale=7, min_width=480):
             abl_plot = plot(label="accuracy and cost", elem_id="abl-plot", elem_classes=["main-plot"])
             found = gr.Markdown(elem_id="abl-finding", elem_classes=["note"])
-    frame = table(label="per value", elem_id="abl-table", columns=("p", "best acc %", "best 95 % CI", "final acc %",
+    frame = table(label="per value", elem_id="abl-table", columns=(DEFAULT["param"], "best acc %", "best 95 % CI", "final acc %",
                                                                     "final 95 % CI", "seeds", *COST_COLUMNS,
                                                                     "ALA weights"))
     param.change(lambda prm: ABLATION_VALUES.get(prm, ""), param, values, queue=False, **PRIVATE)

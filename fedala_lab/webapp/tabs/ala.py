@@ -4,16 +4,19 @@ Fig. 3 its ALA loss, with the chosen round marked; moving the round slider redra
 
 from __future__ import annotations
 
+import time
+
 import gradio as gr
 
 from ...errors import ConfigError
 from ...experiments.runs import tracked_run
-from ..jobs import job
+from ..jobs import finished_status, job
 from ..recorded import recorded_panel
 from ..settings import DEFAULTS, ala_settings, make_config, p_max, whole
 from ..widgets import follow, mirror, plot, run_stop, table, whole_slider
 from . import Panel
 
+DEFAULT = {"client": 0, "round": DEFAULTS["rounds"]}  # the tab's own defaults: the last round's weights
 # the W table's headers (ALAWeightsDisplay.summary's columns → what the page shows)
 COLUMNS = {"param": "tensor", "shape": "shape", "weights": "ALA weights", "mean": "mean W",
            "at_0": "share of W at 0 (keeps the local value)", "at_1": "share of W at 1 (takes the global value)"}
@@ -30,6 +33,7 @@ def ala(app, client, round_, settings, job):
     client, round_ = whole(client), whole(round_)
     if not isinstance(round_, int) or not 2 <= round_ <= cfg.rounds:
         raise ConfigError("round", round_, f"a round from 2 (ALA skips round 1) to {cfg.rounds}")
+    tic = time.perf_counter()
     got = app.fetch(job, [cfg], lambda store, callback: [tracked_run(cfg, client, store, callback=callback)])
     run = got.shown[0] if got.shown else None
     if run is None or run.summary()["rounds"] < 2:  # stopped before ALA learned anything
@@ -43,7 +47,7 @@ def ala(app, client, round_, settings, job):
     note = got.status or (
         f"Client {client} (holds labels {', '.join(map(str, held))}), ALA weights after round {weights.round_} "
         f"of {run.summary()['rounds']}; start phase {loss.start_epochs} epoch(s) in round 2"
-        + (" (capped)" if client in run.capped_clients else "") + "."
+        + (" (capped)" if client in run.capped_clients else "") + ". " + finished_status(got, time.perf_counter() - tic)
     )
     return weights.figure_, loss.figure_, summary, note
 
@@ -54,8 +58,8 @@ def build(app, settings) -> Panel:
         with gr.Column(scale=4, min_width=340):
             gr.Markdown("What ALA learns for one client (paper Fig. 2 and 3), from the FedALA run of the current "
                         "settings. ALA's η, s and p here are those of *Train & compare*.", elem_classes=["note"])
-            client = whole_slider(0, d["num_clients"] - 1, 0, "client", "ala-client", field="client")
-            round_ = whole_slider(2, d["rounds"], d["rounds"], "round (ALA starts in round 2)", "ala-round",
+            client = whole_slider(0, d["num_clients"] - 1, DEFAULT["client"], "client", "ala-client", field="client")
+            round_ = whole_slider(2, d["rounds"], DEFAULT["round"], "round (ALA starts in round 2)", "ala-round",
                                   field="round")
             with gr.Accordion("ALA's η, s and p (the same as on Train & compare)", open=False, elem_id="ala-settings"):
                 mine = ala_settings("ala-")

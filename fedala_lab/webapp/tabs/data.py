@@ -105,6 +105,7 @@ def ladder(app, seeds, settings, job):
 
 
 KINDS = [("bubbles", "bubble"), ("heatmap", "heatmap")]
+LADDER_SEEDS = 3  # the ladder's default: mean ± std over seeds 0–2
 # the ladder table's columns (analysis.tables.format_seed_table, with the split's name first)
 LADDER_COLUMNS = ("split", "seeds", "best acc % (95 % CI)", "final acc % (95 % CI)", "client spread (95 % CI)",
                   SEED_DIFF, SEED_P)
@@ -157,7 +158,7 @@ def build_ladder(app, settings) -> Panel:
                         "compare*, over seeds: the best pooled accuracy and the spread between clients, with 95 % "
                         "intervals, and whether each fall is more than the seeds' noise. The first time a few "
                         "seconds a run; then instant.", elem_classes=["note"])
-            seeds = whole_slider(1, 5, 3, "seeds", "ladder-seeds", field="seeds")
+            seeds = whole_slider(1, 5, LADDER_SEEDS, "seeds", "ladder-seeds", field="seeds")
             run, stop, status = run_stop("ladder")
         with gr.Column(scale=7, min_width=480):
             ladder_plot = plot(label="FedAvg per split", elem_id="ladder-plot", elem_classes=["main-plot"])

@@ -37,11 +37,11 @@ COMPARED = {"#": "3%", "algorithm": "8%", "data": "9%", "clients": "7%", "settin
 
 
 @friendly
-def runs(app, name="", algorithm="", dataset="", partition="", status="", text=""):
+def runs(app, name="", algorithm="", dataset="", partition="", status="", text="", request: gr.Request = None):
     """List the app's run store (filtered by algorithm, dataset, partition, status and any text); with
     ``name`` (a run's name, or a list of them), reload those runs: their accuracy curves on one plot, a
     table comparing them, the summary and settings of the last one, and what they say over seeds in words
-    (:func:`over_seeds`)."""
+    (:func:`over_seeds`). (``request``: the session, whose projector mode the plot is drawn in.)"""
     from ...figures.curves import AccuracyCurveDisplay
 
     names = _names(name)
@@ -227,11 +227,16 @@ def toggle(selected, evt: gr.SelectData):
     return gr.Dropdown(value=selected, multiselect=True)
 
 
-def build(app, demo) -> tuple[list, list]:
-    """The tab; returns (the inputs, the outputs) of :func:`runs`, to refresh it after every job."""
-    gr.Markdown("The app's own run store, read-only: finished, diverged and stopped runs (Run again with the same "
-                "settings resumes a stopped one). Click runs in the list, or pick them below, to compare them.",
-                elem_classes=["note"])
+def build(app, demo) -> tuple[tuple[list, list], tuple]:
+    """The tab; returns (the inputs, the outputs) of :func:`runs`, to refresh it after every job, and the
+    "Prepare the lecture" button with its status line (wired by the page: it computes like a tab's Run)."""
+    with gr.Row(equal_height=True):
+        # the note, then what "Prepare the lecture" did (how long it took, what it computed)
+        prepared = gr.Markdown("The app's own run store, read-only: finished, diverged and stopped runs (Run again "
+                               "resumes a stopped one); click runs in the list to compare them. *Prepare the lecture*: "
+                               "every tab's defaults and scenarios computed into it, then every default click is "
+                               "instant.", elem_id="runs-prepared", elem_classes=["note"], scale=5)
+        prepare = gr.Button("Prepare the lecture", elem_id="runs-prepare", scale=0, min_width=180)
     with gr.Row():
         algorithm = Dropdown(ALGORITHM_FILTER, value="", label="algorithm", elem_id="runs-algo", min_width=140,
                              field="algorithm")
@@ -260,4 +265,4 @@ def build(app, demo) -> tuple[list, list]:
            text.submit, demo.load], app.runs, inputs, outputs, api_name="runs", **LIGHT)
     listing.select(toggle, selection, selection, queue=False, **PRIVATE).then(
         app.runs, inputs, outputs, **LIGHT, **PRIVATE)
-    return inputs, outputs
+    return (inputs, outputs), (prepare, prepared)

@@ -9,6 +9,7 @@ import time
 import gradio as gr
 import pandas as pd
 
+from ...algorithms import registry
 from ...analysis.tables import data_title
 from ...config import algo_label
 from ...errors import ConfigError
@@ -33,11 +34,11 @@ def train(app, algos, settings, job):
     """Run (or load) every selected algorithm on the same data: accuracy curves (with many methods: the best few
     in colour), the methods ranked, loss curves, a summary, and what the runs say about federating at all.
     Stopped, it shows the finished runs and the stopped one's rounds so far."""
-    from ...analysis.notes import curve_notes
+    from ...analysis.notes import curve_notes, stragglers_note
     from ...figures.curves import AccuracyCurveDisplay
     from ...figures.many import RankedAccuracyDisplay
 
-    cfgs = [make_config(algo=a, **settings) for a in _algos(algos)]  # all validated before any work
+    cfgs, merged = _configs(algos, settings)  # all validated before any work
     tic = time.perf_counter()
     got = app.fetch(job, cfgs, lambda store, callback: [get_or_run(c, store, progress=False, callback=callback)
                                                         for c in cfgs], side_by_side=True)
@@ -49,10 +50,12 @@ def train(app, algos, settings, job):
     acc = AccuracyCurveDisplay.from_runs(runs, metric="acc", labels=labels, highlight=HIGHLIGHT, keep=refs,
                                          title=f"Test accuracy per round ({data_title(cfgs[0].data)})")
     loss = AccuracyCurveDisplay.from_runs(runs, metric="test_loss", labels=labels, highlight=HIGHLIGHT, keep=refs)
-    ranked = RankedAccuracyDisplay.from_runs(runs, labels=labels, title="Final accuracy, ranked (one seed)")
+    ranked = RankedAccuracyDisplay.from_runs(runs, labels=labels, title="Final accuracy, ranked (one seed)",
+                                             highlight=HIGHLIGHT, keep=refs)
     cached = got.cached + [False] * (len(runs) - len(got.runs))
-    return (acc.figure_, verdict(ranked.ranking_), loss.figure_, ranked.figure_, "\n\n".join(curve_notes(runs, labels)),
-            _summary(app, runs, cached), finished_status(got, time.perf_counter() - tic))
+    found = stragglers_note(runs, labels) or verdict(ranked.ranking_)  # FedProx's setting: why FedProx wins
+    return (acc.figure_, found, loss.figure_, ranked.figure_, "\n\n".join(curve_notes(runs, labels)),
+            _summary(app, runs, cached), finished_status(got, time.perf_counter() - tic) + merged)
 
 
 # With more methods than this on one plot, only the best few (and FedAvg and Local) are drawn in colour.
@@ -95,12 +98,13 @@ def clients(app, algos, settings, job):
     started) the page keeps what it shows, as the curves do."""
     from ...figures.clients import ClientAccuracyDisplay, ClientSpreadDisplay
 
-    runs = [r for r in (_stored(app, make_config(algo=a, **settings)) for a in _algos(algos)) if r is not None]
+    runs = [r for r in (_stored(app, c) for c in _configs(algos, settings)[0]) if r is not None]
     if not runs:
         return gr.skip(), gr.skip()
     labels = [run_label(r) for r in runs]
-    return (ClientAccuracyDisplay.from_runs(runs, labels=labels).figure_,
-            ClientSpreadDisplay.from_runs(runs, labels=labels).figure_)
+    many = {"highlight": HIGHLIGHT, "keep": [lab for r, lab in zip(runs, labels) if r.config.algo in ("fedavg", "local")]}
+    return (ClientAccuracyDisplay.from_runs(runs, labels=labels, **many).figure_,
+            ClientSpreadDisplay.from_runs(runs, labels=labels, **many).figure_)
 
 
 def _stored(app, cfg):
@@ -109,6 +113,21 @@ def _stored(app, cfg):
     if run is None and app.store.checkpoint_for(cfg).is_file():
         run = load_stored(app.store, app.store.name_for(cfg))
     return run
+
+
+def _configs(algos, settings) -> tuple[list, str]:
+    """The configs of the ticked algorithms, each distinct run once: a name for another's composition (FedAvg+ALA
+    is FedALA) asks for that one's run, and two ticks of one run are one. Also what the status line adds when
+    some were merged ("" if none)."""
+    cfgs, merged = {}, []
+    for a in _algos(algos):
+        name = registry.alias_for(a)
+        cfg = make_config(algo=name, **settings)
+        if cfg.key() in cfgs:
+            merged.append(f"{algo_label(a)} is {algo_label(name)}" if name != a else algo_label(a))
+        cfgs.setdefault(cfg.key(), cfg)
+    said = f" Computed once: {', '.join(dict.fromkeys(merged))} (the same run)." if merged else ""
+    return list(cfgs.values()), said
 
 
 def _algos(algos) -> list[str]:
@@ -168,7 +187,9 @@ def build(app, settings) -> Panel:
             run, stop, status = run_stop("train")
         with gr.Column(scale=7, min_width=480):
             found = gr.Markdown(elem_id="train-verdict", elem_classes=["note"])
-            pays = gr.Button(f"Show {SCENARIOS['collab'][0]} →", elem_id="train-collab", size="sm")
+            with gr.Row():  # one click from the default's answer to the scenarios that make the lecture's points
+                pays = gr.Button(f"Show {SCENARIOS['collab'][0]} →", elem_id="train-collab", size="sm")
+                prox = gr.Button(f"Show {SCENARIOS['fedprox'][0]} →", elem_id="train-fedprox", size="sm")
             acc_plot = plot(label="test accuracy", elem_id="train-acc-plot", elem_classes=["main-plot", "below-note"])
     with gr.Row():
         rank_plot = plot(label="methods ranked", elem_id="train-rank-plot")
@@ -189,10 +210,12 @@ def build(app, settings) -> Panel:
     # never silent: the line above the tabs says what changed for every tab
     scenario.input(choose, [scenario, *fields], fields + [algos, settings.notice], queue=False,
                    api_visibility="private")
-    # one click from the default's answer to the scenario where federating pays: choose it, then run it
+    # one click from the default's answer to a scenario: choose it, then run it (go counts the clicks: its change,
+    # after the settings have changed, starts the run)
     go = gr.Number(0, visible=False, elem_id="train-collab-go")
-    pays.click(lambda *before: [*choose("collab", *before), "collab", 1], fields, fields + [algos, settings.notice,
-               scenario, go], queue=False, api_visibility="private")
-    go.change(lambda: 0, None, None, queue=False, api_visibility="private")  # a trigger only
+    for button, name in ((pays, "collab"), (prox, "fedprox")):
+        button.click(lambda *before, name=name: [*choose(name, *before[:-1]), name, (before[-1] or 0) + 1],
+                     [*fields, go], fields + [algos, settings.notice, scenario, go], queue=False,
+                     api_visibility="private")
     return Panel("train", run, stop, status, [algos], [acc_plot, found, loss_plot, rank_plot, notes, summary],
                  triggers=[go.change], then=[("train_clients", [algos], [client_plot, spread_plot])])
