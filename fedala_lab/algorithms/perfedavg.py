@@ -16,6 +16,7 @@ from ..compute.backends import BatchPlan
 from ..compute.rng import PERFEDAVG_ADAPT
 from ..compute.steps import grad_and_loss, recipe_step
 from ..params import Float, Optional, Param
+from . import notes
 from .base import Algorithm, Round, Setup, Trained, Work
 from .registry import make_spec
 
@@ -85,4 +86,5 @@ PARAMS = (Param("perfedavg_beta", None, Optional(Float(0, 10, lo_open=True)), "P
 
 SPEC = make_spec("perfedavg", PerFedAvg, label="Per-FedAvg", params=PARAMS, colour="maroon",
                  line_style="-.", category="fine-tune a global model", divergence_hint=_hint, builtin=True,
+                 curve_note=notes.one_step,
                  fedala_paper=True, doc="Fallah, Mokhtari & Ozdaglar, NeurIPS 2020 (first-order variant)")

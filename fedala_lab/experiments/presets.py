@@ -95,7 +95,7 @@ def _teach_fedprox() -> RunConfig:
         # 90 % of the selected clients straggle each round (the paper's largest share); FedAvg drops them,
         # FedProx keeps their partial work (drop_stragglers=None: each algorithm's own choice)
         stragglers=0.9,
-        # much local work to cut short (the paper: E = 20; E = 5 keeps a run under ~15 s here)
+        # much local work to cut short (the paper: E = 20; E = 5 keeps a run short here)
         local_epochs=5,
         # the FedProx paper's μ for MNIST; lr·μ = 0.1 keeps the proximal step stable
         mu=1.0,

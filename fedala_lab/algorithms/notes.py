@@ -1,0 +1,67 @@
+"""What the built-in methods' specs say in words beside their curves (``AlgorithmSpec.curve_note``,
+``Modifier.curve_note``) and in FedProx's straggler setting (``AlgorithmSpec.straggler_note``), in a run's own
+numbers. Prose only: left out of the package fingerprint (fingerprint.py), so rewording a note keeps every
+stored run.
+
+Some methods are scored on a model other than the one they federate, which shows in their first rounds:
+pFedMe on each client's personal model θ_i (the untrained initial model until the client's first local
+training), Per-FedAvg on the global model after one adaptation step on the client's data, FedAvg-C and
+FedProx-C on a fine-tuned copy. APPLE's curve can dip by tens of points for a few rounds and recover (on the
+teach preset, seed 0): said with the run's own numbers when it does.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def _acc(run, t: int) -> float:
+    """Pooled test accuracy (%) of ``run`` at round ``t``; NaN where that round was not evaluated."""
+    return float(run.acc.get(t, math.nan))
+
+
+def personal(run, label: str) -> str:
+    """pFedMe: scored on each client's personal model."""
+    cfg = run.config
+    return (f"*{label}* is scored on each client's personal model θ_i, which a client holds only after its first "
+            f"local training: in round 1 every client still has the untrained initial model ({_acc(run, 1):.1f} %), "
+            f"in round 2 the personal models fitted to the clients' own images ({_acc(run, 2):.1f} %). Those are "
+            f"pulled towards the federated model by λ = {cfg.pfedme_lambda:g} over K = {cfg.pfedme_k} personal steps "
+            "a batch, so its curve moves with each client's own data more than with the global model.")
+
+
+def adapted(run, label: str, how: str = "after fine-tuning a copy on the client's own data") -> str:
+    """Per-FedAvg and the ``-c`` methods: scored on the global model adapted to each client first (``how``)."""
+    return (f"*{label}* is scored on the global model {how}, so it starts above chance in round 1 "
+            f"({_acc(run, 1):.1f} %), where the methods scored on the model they received start at chance.")
+
+
+def one_step(run, label: str) -> str:
+    """Per-FedAvg: :func:`adapted` by one step."""
+    return adapted(run, label, "after one adaptation step on the client's own data")
+
+
+DIP_POINTS = 10.0  # a fall of this many points after a best is worth a word
+
+
+def dips(run, label: str) -> str:
+    """APPLE: a pooled accuracy that falls sharply and recovers: where, by how much, and how many clients."""
+    r = run.acc
+    peak = r.cummax()
+    depth = (peak - r)[r.index > 5]  # not the first rounds' climb
+    if depth.empty or depth.max() < DIP_POINTS:
+        return ""
+    t = int(depth.idxmax())
+    recovered = (r[r.index > t] >= peak[t] - DIP_POINTS / 2).any()
+    c = run.clients.dropna(subset=["test_acc"]).pivot(index="round", columns="client", values="test_acc")
+    fell = int(((c.loc[t - 1] - c.loc[t]) > DIP_POINTS).sum()) if t - 1 in c.index else 0
+    return (f"*{label}*'s curve dips: {r[t]:.1f} % in round {t}, {depth.max():.1f} points below its best so far"
+            + (", and recovers" if recovered else "") + f" ({fell} of {c.shape[1]} clients fell by more than "
+            f"{DIP_POINTS:g} points that round). Each of its clients' models is a learned mixture of every client's "
+            "model, re-mixed every round, and a round's mix can set many clients back at once: the method's own "
+            "training, not a drawing error.")
+
+
+def proximal(cfg) -> str:
+    """FedProx with stragglers: why keeping their partial work does not pull it off course."""
+    return f"its proximal term (μ = {cfg.mu:g}) holds it near the global model"
