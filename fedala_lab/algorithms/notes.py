@@ -1,14 +1,6 @@
-"""What the built-in methods' specs say in words beside their curves (``AlgorithmSpec.curve_note``,
-``Modifier.curve_note``) and in FedProx's straggler setting (``AlgorithmSpec.straggler_note``), in a run's own
-numbers. Prose only: left out of the package fingerprint (fingerprint.py), so rewording a note keeps every
-stored run.
-
-Some methods are scored on a model other than the one they federate, which shows in their first rounds:
-pFedMe on each client's personal model θ_i (the untrained initial model until the client's first local
-training), Per-FedAvg on the global model after one adaptation step on the client's data, FedAvg-C and
-FedProx-C on a fine-tuned copy. APPLE's curve can dip by tens of points for a few rounds and recover (on the
-teach preset, seed 0): said with the run's own numbers when it does.
-"""
+"""The built-in specs' words in a run's own numbers: beside curves that look wrong at first sight
+(``curve_note``: methods scored on a model other than the one they federate; APPLE's dips) and with stragglers
+(``straggler_note``). Prose only: left out of the package fingerprint, so rewording keeps every stored run."""
 
 from __future__ import annotations
 
@@ -34,11 +26,6 @@ def adapted(run, label: str, how: str = "after fine-tuning a copy on the client'
     """Per-FedAvg and the ``-c`` methods: scored on the global model adapted to each client first (``how``)."""
     return (f"*{label}* is scored on the global model {how}, so it starts above chance in round 1 "
             f"({_acc(run, 1):.1f} %), where the methods scored on the model they received start at chance.")
-
-
-def one_step(run, label: str) -> str:
-    """Per-FedAvg: :func:`adapted` by one step."""
-    return adapted(run, label, "after one adaptation step on the client's own data")
 
 
 DIP_POINTS = 10.0  # a fall of this many points after a best is worth a word

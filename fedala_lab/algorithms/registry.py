@@ -236,30 +236,25 @@ def _forget(owner: str) -> None:
 
 
 def make_spec(name: str, build: Callable, *, label: str | None = None, params: Sequence[Param] = (),
-              colour: str | None = None, line_style: str = "-", category: str = "",
-              modifiers: Sequence[str] = ("ala",), keeps_stragglers: bool = False,
-              variants: dict[str, Look] | None = None, check: Callable | None = None,
-              divergence_hint: Callable | None = None, tracks_clients: bool = False, horizon_free: bool = True,
-              communication: str = "Σ", doc: str = "", builtin: bool = False, fedala_paper: bool = False,
-              role: str | None = None, curve_note: Callable | None = None,
-              straggler_note: Callable | None = None) -> AlgorithmSpec:
-    """An :class:`AlgorithmSpec` from :func:`register_algorithm`'s arguments, not yet registered."""
+              modifiers: Sequence[str] = ("ala",), variants: dict[str, Look] | None = None,
+              **settings) -> AlgorithmSpec:
+    """An :class:`AlgorithmSpec` from :func:`register_algorithm`'s arguments (its other fields by name), not yet
+    registered."""
     # ASCII only: a name with a Cyrillic "е" prints as "fedavg" and would be another algorithm
     if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9_-]+", name):
         raise ConfigError("name", name, "lower-case ASCII letters a-z, digits, '_' and '-' (algorithm name)")
     if not callable(build):
         raise ConfigError("build", build, "an Algorithm subclass or a function(setup) -> Algorithm")
-    if role is not None and role not in ROLES:
-        raise ConfigError("role", role, f"one of {', '.join(ROLES)}, or None")
-    for what, f in (("curve_note", curve_note), ("straggler_note", straggler_note)):
-        if f is not None and not callable(f):
-            raise ConfigError(what, f, "a function (or None)")
-    return AlgorithmSpec(name=name, label=label or name, build=build, params=tuple(params), colour=colour,
-                         line_style=line_style, category=category, modifiers=tuple(modifiers),
-                         keeps_stragglers=keeps_stragglers, variants=dict(variants or {}), check=check,
-                         divergence_hint=divergence_hint, tracks_clients=tracks_clients,
-                         horizon_free=horizon_free, communication=communication, doc=doc, builtin=builtin,
-                         fedala_paper=fedala_paper, role=role, curve_note=curve_note, straggler_note=straggler_note)
+    fields = [f.name for f in dataclasses.fields(AlgorithmSpec)]
+    for key, value in settings.items():
+        if key not in fields:
+            raise ConfigError(key, value, "no such setting: an algorithm's are " + ", ".join(fields[1:]))
+        if key in ("check", "divergence_hint", "curve_note", "straggler_note") and not (value is None or callable(value)):
+            raise ConfigError(key, value, "a function (or None)")
+    if settings.get("role") not in (None, *ROLES):
+        raise ConfigError("role", settings["role"], f"one of {', '.join(ROLES)}, or None")
+    return AlgorithmSpec(name=name, label=label or name, build=build, params=tuple(params),
+                         modifiers=tuple(modifiers), variants=dict(variants or {}), **settings)
 
 
 def register_algorithm(name: str, build: Callable, **settings) -> AlgorithmSpec:

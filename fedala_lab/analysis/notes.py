@@ -1,10 +1,6 @@
-"""A word beside curves that look wrong at first sight, in the run's own numbers (compute only).
+"""Which runs' specs speak (``curve_note``, ``straggler_note``, ``role``), for the app and notebook 8.
 
     >>> curve_notes(runs, labels)     # ["*pFedMe* is scored on each client's personal model …", …]
-
-Each method says its own words on its spec (``curve_note``, ``straggler_note``, ``role``: algorithms/notes.py
-has the built-ins'); this module picks the runs they speak of. The app writes these notes under its curves
-and notebook 8 beside its own.
 """
 
 from __future__ import annotations

@@ -287,9 +287,9 @@ def seed_stats(frame: pd.DataFrame, by: Sequence[str] = ("label",), *, against=A
 
     ``versus``: the column that names what is compared (default: ``label`` if in ``by``, else ``algo``, else the
     first of ``by``); rows that agree in the other ``by`` columns are compared with each other. ``against``: the
-    reference's value in that column ("FedAvg" and "fedavg" both name FedAvg); ``AUTO`` (default): FedAvg when one
-    group is FedAvg's, else no comparison; None: no comparison. Several rows of one group and seed (a sweep's grid
-    points that share a run) count once: their mean.
+    reference's value in that column ("FedAvg" and "fedavg" both name FedAvg); ``AUTO`` (default): the reference
+    method (its spec's ``role``: FedAvg) when one group is its, else no comparison; None: no comparison. Several
+    rows of one group and seed (a sweep's grid points that share a run) count once: their mean.
     """
     if not len(frame):  # no run (a sweep whose every run failed): nothing to say, whatever the columns
         return pd.DataFrame()
