@@ -545,7 +545,8 @@ def _add_sweep(sub) -> None:
     p.add_argument("--store", default=None, help="run store folder (default: $FEDALA_LAB_RUNS or ./runs)")
     p.add_argument("--against", default=None, metavar="NAME",
                    help="the reference the rows are compared with, paired by seed (an algorithm, or a value of the "
-                        "first table column): default fedavg when the rows are algorithms; docs/comparing.md")
+                        "first table column): default the reference method (FedAvg) when the rows are algorithms; "
+                        "docs/comparing.md")
     p.add_argument("--out", default=None, help="folder for runs.csv, table.csv/.md/.tex (95 %% intervals, paired "
                                                "tests), stats.csv and clients.csv")
     p.add_argument("--dry-run", action="store_true", help="list the grid points and what is stored; run nothing")

@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from conftest import RUN_TOL, assert_same_run, make_ragged_data, run_sim, small_cfg
@@ -19,6 +20,7 @@ from test_pfllib import _make_partition
 import fedala_lab as fl
 from fedala_lab.algorithms import registry
 from fedala_lab.algorithms.ala import ALA
+from fedala_lab.algorithms.local import Local
 from fedala_lab.config import DataConfig, RunConfig
 from fedala_lab.errors import ConfigError
 from fedala_lab.experiments.runs import get_or_run
@@ -128,6 +130,39 @@ def test_registration_refuses_clashes():
     with pytest.raises(ValueError, match="end in a modifier's suffix"):
         fl.register_algorithm("mine-c", FedAvgM)
     assert "other" not in registry.names()
+
+
+class Alone(fl.Algorithm):
+    """Each client keeps its own model: Local's rounds, as a plugin of its own."""
+
+    def initialise(self, rnd, clients):
+        return Local.initialise(self, rnd, clients)
+
+    def aggregate(self, rnd, senders):
+        return Local.aggregate(self, rnd, senders)
+
+
+def _alone_note(run, label):
+    return f"*{label}* spoke in round {int(run.acc.index[-1])} at {run.acc.iloc[-1]:.1f} %"
+
+
+def test_a_plugins_role_and_note_are_read_by_the_faces_as_the_built_ins_are(ragged, monkeypatch):
+    """No face names a method: the app's verdict finds a plugin's "no-federation" role, the curve notes its
+    words, and the role is checked."""
+    from fedala_lab.analysis.notes import curve_notes
+    from fedala_lab.webapp.tabs.train import verdict
+
+    monkeypatch.setattr(registry, "_SPECS", dict(registry._SPECS))  # registered for this test only
+    fl.register_algorithm("alone", Alone, label="Alone", modifiers=(), role="no-federation", curve_note=_alone_note)
+    assert registry.with_role("no-federation") == ["local", "alone"] and registry.with_role("reference") == ["fedavg"]
+    _, run = run_sim(small_cfg(algo="alone", rounds=2), ragged)
+    assert curve_notes([run]) == [f"*Alone* spoke in round 2 at {run.acc.iloc[-1]:.1f} %"]
+    ranking = pd.DataFrame({"label": ["FedAvg", "Alone"], "mean": [60.0, 40.0], "algo": ["fedavg", "alone"]})
+    said = verdict(ranking)
+    assert said.startswith("**Federating pays here:** FedAvg ends at **60.00 %**") and "40.00 %" in said
+    assert "Tick *Local*" in verdict(ranking.replace("alone", "fedprox"))  # a method without the role: none alone
+    with pytest.raises(ConfigError, match=r"role='alone' is not allowed: one of reference, no-federation"):
+        fl.register_algorithm("other", Alone, role="alone")
 
 
 # -- your own data and model: keyed by content, never by path -----------------------------------------

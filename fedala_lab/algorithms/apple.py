@@ -23,6 +23,7 @@ from torch.func import functional_call, grad_and_value
 from ..compute.steps import recipe_step, weighted_ce
 from ..compute.workers import InPlaceModel
 from ..params import Float, Int, Param
+from . import notes
 from .base import Aggregated, Algorithm, Round, Sent, Setup, Trained, Work
 from .ditto import personal_models
 from .registry import make_spec
@@ -193,4 +194,5 @@ PARAMS = (
 
 SPEC = make_spec("apple", APPLE, label="APPLE", params=PARAMS, colour="sienna", line_style=":",
                  category="personalised aggregation", modifiers=(), divergence_hint=_hint, builtin=True,
+                 curve_note=notes.dips,
                  fedala_paper=True, communication="(1+M)·Σ", doc="Luo & Wu, IJCAI 2022")

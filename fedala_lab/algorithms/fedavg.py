@@ -17,6 +17,6 @@ class FedAvg(Algorithm):
 
 
 SPEC = make_spec("fedavg", FedAvg, label="FedAvg", colour="black", category="traditional",
-                   modifiers=("ala", "finetune"), builtin=True, fedala_paper=True,
+                   modifiers=("ala", "finetune"), builtin=True, fedala_paper=True, role="reference",
                    variants={"+ala": Look("FedAvg+ALA", "tab:blue"), "-c": Look("FedAvg-C", "tab:green", "-.")},
                    doc="McMahan et al., AISTATS 2017")

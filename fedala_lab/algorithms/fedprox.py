@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..params import Float, Param
+from . import notes
 from .base import Algorithm
 from .registry import Look, make_spec
 
@@ -55,6 +56,6 @@ MU = Param("mu", 0.001, Float(0), "FedProx: proximal coefficient μ (the FedALA 
 
 SPEC = make_spec("fedprox", FedProx, label="FedProx", params=[MU], colour="tab:orange", line_style="--",
                    category="traditional", modifiers=("ala", "finetune"), keeps_stragglers=True, builtin=True,
-                   fedala_paper=True, divergence_hint=_hint,
+                   fedala_paper=True, divergence_hint=_hint, straggler_note=notes.proximal,
                    variants={"+ala": Look("FedProx+ALA", "tab:red", "--"), "-c": Look("FedProx-C", "yellowgreen", ":")},
                    doc="Li et al., MLSys 2020")

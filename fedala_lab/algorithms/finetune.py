@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..compute.rng import FINETUNE
 from ..params import Int, Param
+from . import notes
 from .base import Round, Wrapper
 from .registry import Modifier
 
@@ -27,4 +28,4 @@ class FineTuned(Wrapper):
         return {"params": out.params, "buffers": out.buffers}
 
 
-MODIFIER = Modifier("finetune", "-c", "-C", FineTuned, PARAMS)
+MODIFIER = Modifier("finetune", "-c", "-C", FineTuned, PARAMS, curve_note=notes.adapted)

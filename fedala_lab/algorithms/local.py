@@ -19,5 +19,5 @@ class Local(Algorithm):
 
 
 SPEC = make_spec("local", Local, label="Local", colour="tab:gray", line_style=":", category="baseline",
-                 modifiers=(), communication="0", builtin=True, fedala_paper=True,
+                 modifiers=(), communication="0", builtin=True, fedala_paper=True, role="no-federation",
                  doc="no federation: each client alone")

@@ -9,6 +9,8 @@ pairing and the departures from PFLlib: docs/methods.md#perfedavg.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import torch
 
@@ -16,6 +18,7 @@ from ..compute.backends import BatchPlan
 from ..compute.rng import PERFEDAVG_ADAPT
 from ..compute.steps import grad_and_loss, recipe_step
 from ..params import Float, Optional, Param
+from . import notes
 from .base import Algorithm, Round, Setup, Trained, Work
 from .registry import make_spec
 
@@ -85,4 +88,5 @@ PARAMS = (Param("perfedavg_beta", None, Optional(Float(0, 10, lo_open=True)), "P
 
 SPEC = make_spec("perfedavg", PerFedAvg, label="Per-FedAvg", params=PARAMS, colour="maroon",
                  line_style="-.", category="fine-tune a global model", divergence_hint=_hint, builtin=True,
+                 curve_note=partial(notes.adapted, how="after one adaptation step on the client's own data"),
                  fedala_paper=True, doc="Fallah, Mokhtari & Ozdaglar, NeurIPS 2020 (first-order variant)")

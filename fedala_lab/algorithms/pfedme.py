@@ -18,6 +18,7 @@ import torch
 from ..compute.steps import grad_and_loss, recipe_step
 from ..compute.workers import InPlaceModel
 from ..params import Float, Int, Param
+from . import notes
 from .base import Aggregated, Algorithm, Round, Setup, Trained, Work
 from .ditto import personal_models
 from .registry import make_spec
@@ -157,4 +158,5 @@ PARAMS = (
 
 SPEC = make_spec("pfedme", PFedMe, label="pFedMe", params=PARAMS, colour="mediumvioletred",
                  category="extra personal models", divergence_hint=_hint, builtin=True, fedala_paper=True,
+                 curve_note=notes.personal,
                  doc="T Dinh, Tran & Nguyen, NeurIPS 2020")

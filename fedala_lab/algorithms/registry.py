@@ -31,6 +31,7 @@ from ..errors import ConfigError
 from ..params import Param
 
 STYLES = ("-", "--", "-.", ":")
+ROLES = ("reference", "no-federation")  # AlgorithmSpec.role
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,13 @@ class AlgorithmSpec:
     check: Callable | None = None
     # divergence_hint(cfg) -> the most likely cause when its training diverges, or "" (FedProx: μ·lr ≥ 1)
     divergence_hint: Callable | None = None
+    # its part in a comparison (ROLES), which the faces ask for instead of naming a method: "reference" (what
+    # the others are compared against: FedAvg), "no-federation" (each client alone: Local); None: neither
+    role: str | None = None
+    # curve_note(run, label) -> a word beside its accuracy curve in the run's numbers, or "" (pFedMe's: scored on
+    # personal models); straggler_note(cfg) -> why it gains from stragglers' partial work (FedProx's μ); notes.py
+    curve_note: Callable | None = None
+    straggler_note: Callable | None = None
     # whether its runs keep per-client records of the tracked clients (branching must then keep them too)
     tracks_clients: bool = False
     # whether round t depends on the earlier rounds only, never on the run's total ``cfg.rounds``: then the
@@ -95,6 +103,7 @@ class Modifier:
     # round 1 and until ala_after, so a stored FedAvg run is FedALA's first rounds (experiments/prefix.py)
     base_through: Callable | None = None
     tracks_clients: bool = False
+    curve_note: Callable | None = None  # as AlgorithmSpec's, for every algorithm it modifies (-c: a tuned copy)
 
 
 @dataclass(frozen=True)
@@ -144,6 +153,11 @@ class Resolved:
 
     def divergence_hint(self, cfg) -> str:
         return self.base.divergence_hint(cfg) if self.base.divergence_hint is not None else ""
+
+    @property
+    def curve_note(self) -> Callable | None:
+        """The note beside its curve: the last modifier's that has one (FedAvg-C's), else its base's."""
+        return next((m.curve_note for m in reversed(self.modifiers) if m.curve_note), self.base.curve_note)
 
     def build(self, setup):
         """The pieces for one run: the base algorithm, wrapped by each modifier in turn. A registered algorithm's
@@ -222,24 +236,25 @@ def _forget(owner: str) -> None:
 
 
 def make_spec(name: str, build: Callable, *, label: str | None = None, params: Sequence[Param] = (),
-              colour: str | None = None, line_style: str = "-", category: str = "",
-              modifiers: Sequence[str] = ("ala",), keeps_stragglers: bool = False,
-              variants: dict[str, Look] | None = None, check: Callable | None = None,
-              divergence_hint: Callable | None = None, tracks_clients: bool = False, horizon_free: bool = True,
-              communication: str = "Σ", doc: str = "", builtin: bool = False,
-              fedala_paper: bool = False) -> AlgorithmSpec:
-    """An :class:`AlgorithmSpec` from :func:`register_algorithm`'s arguments, not yet registered."""
+              modifiers: Sequence[str] = ("ala",), variants: dict[str, Look] | None = None,
+              **settings) -> AlgorithmSpec:
+    """An :class:`AlgorithmSpec` from :func:`register_algorithm`'s arguments (its other fields by name), not yet
+    registered."""
     # ASCII only: a name with a Cyrillic "е" prints as "fedavg" and would be another algorithm
     if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9_-]+", name):
         raise ConfigError("name", name, "lower-case ASCII letters a-z, digits, '_' and '-' (algorithm name)")
     if not callable(build):
         raise ConfigError("build", build, "an Algorithm subclass or a function(setup) -> Algorithm")
-    return AlgorithmSpec(name=name, label=label or name, build=build, params=tuple(params), colour=colour,
-                         line_style=line_style, category=category, modifiers=tuple(modifiers),
-                         keeps_stragglers=keeps_stragglers, variants=dict(variants or {}), check=check,
-                         divergence_hint=divergence_hint, tracks_clients=tracks_clients,
-                         horizon_free=horizon_free, communication=communication, doc=doc, builtin=builtin,
-                         fedala_paper=fedala_paper)
+    fields = [f.name for f in dataclasses.fields(AlgorithmSpec)]
+    for key, value in settings.items():
+        if key not in fields:
+            raise ConfigError(key, value, "no such setting: an algorithm's are " + ", ".join(fields[1:]))
+        if key in ("check", "divergence_hint", "curve_note", "straggler_note") and not (value is None or callable(value)):
+            raise ConfigError(key, value, "a function (or None)")
+    if settings.get("role") not in (None, *ROLES):
+        raise ConfigError("role", settings["role"], f"one of {', '.join(ROLES)}, or None")
+    return AlgorithmSpec(name=name, label=label or name, build=build, params=tuple(params),
+                         modifiers=tuple(modifiers), variants=dict(variants or {}), **settings)
 
 
 def register_algorithm(name: str, build: Callable, **settings) -> AlgorithmSpec:
@@ -251,7 +266,9 @@ def register_algorithm(name: str, build: Callable, **settings) -> AlgorithmSpec:
     takes them like any setting — ``RunConfig(algo=name, server_beta=0.5)``, ``--set server_beta=0.5`` —,
     checks them, and puts all of them in the run key), ``colour`` and ``line_style`` (in every figure),
     ``modifiers`` (which apply: ``"ala"`` makes ``name+ala``; default ("ala",)), ``category``,
-    ``keeps_stragglers``, ``check(cfg)``, ``divergence_hint(cfg)``, ``tracks_clients``, ``horizon_free``
+    ``keeps_stragglers``, ``check(cfg)``, ``divergence_hint(cfg)``, ``role`` (``"reference"``: the method the
+    others are compared against; ``"no-federation"``), ``curve_note(run, label)`` and ``straggler_note(cfg)`` (its
+    words beside its curve and with stragglers), ``tracks_clients``, ``horizon_free``
     (default True: round t never reads the run's total ``cfg.rounds``; say False if yours does, and the store
     never continues a shorter run of it into a longer one), ``communication``
     (the paper's notation of its traffic per client and round), ``doc``. See
@@ -387,6 +404,11 @@ def specs() -> list[AlgorithmSpec]:
     return list(_SPECS.values())
 
 
+def with_role(*roles: str) -> list[str]:
+    """The names of the algorithms whose spec plays one of ``roles`` (``with_role("reference")``: FedAvg)."""
+    return [s.name for s in specs() if s.role in roles]
+
+
 def modifier(name: str) -> Modifier | None:
     """The modifier called ``name`` ("ala", "finetune"), or None."""
     return _MODIFIERS.get(name)
@@ -466,4 +488,5 @@ __all__ = [
     "reserve",
     "resolve",
     "specs",
+    "with_role",
 ]

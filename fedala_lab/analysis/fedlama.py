@@ -198,7 +198,7 @@ def _reference(runs: Mapping[str, Run], reference: str | None) -> str:
             raise KeyError(f"reference {reference!r} is not one of the runs: {list(runs)}")
         return reference
     plain = [(steps_per_round(r.config) or 0, k) for k, r in runs.items()
-             if r.config.algo == "fedavg" and steps_per_round(r.config)]
+             if r.config.algo in registry.with_role("reference") and steps_per_round(r.config)]
     if not plain:
         raise ValueError("no FedAvg run with local_steps among the runs; pass reference= (the FedAvg(τ0) run)")
     return min(plain)[1]

@@ -37,6 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ..algorithms import registry
 from ..errors import ConfigError
 from ..record.run import Run, auc_summary, run_row
 
@@ -59,8 +60,7 @@ TITLES = {"best": "best pooled acc %", "final": "final pooled acc %",
 TITLES.update({f"{k}_auc": f"{k} pooled test AUC %" for k in ("best", "final")})
 TITLES.update({f"{k}_client_std": f"std over clients, {k} acc (points)" for k in ("final", "best")})
 
-AUTO = "auto"  # against=AUTO: FedAvg when one group is FedAvg, else no reference
-DEFAULT_REFERENCE = "fedavg"
+AUTO = "auto"  # against=AUTO: the reference method (its spec's role: FedAvg) when one group is its, else none
 
 
 # ------------------------------------------------------------------------------------------ one sample
@@ -287,9 +287,9 @@ def seed_stats(frame: pd.DataFrame, by: Sequence[str] = ("label",), *, against=A
 
     ``versus``: the column that names what is compared (default: ``label`` if in ``by``, else ``algo``, else the
     first of ``by``); rows that agree in the other ``by`` columns are compared with each other. ``against``: the
-    reference's value in that column ("FedAvg" and "fedavg" both name FedAvg); ``AUTO`` (default): FedAvg when one
-    group is FedAvg's, else no comparison; None: no comparison. Several rows of one group and seed (a sweep's grid
-    points that share a run) count once: their mean.
+    reference's value in that column ("FedAvg" and "fedavg" both name FedAvg); ``AUTO`` (default): the reference
+    method (its spec's ``role``: FedAvg) when one group is its, else no comparison; None: no comparison. Several
+    rows of one group and seed (a sweep's grid points that share a run) count once: their mean.
     """
     if not len(frame):  # no run (a sweep whose every run failed): nothing to say, whatever the columns
         return pd.DataFrame()
@@ -384,11 +384,12 @@ def _reference(frame: pd.DataFrame, versus: str, against):
         return None
     values = list(dict.fromkeys(frame[versus]))
     if against == AUTO:
+        reference = registry.with_role("reference")
         if versus == "algo":
-            return DEFAULT_REFERENCE if DEFAULT_REFERENCE in values else None
-        if "algo" in frame:  # a labelled group whose runs are all FedAvg's, when exactly one is
-            fedavg = [v for v in values if set(frame.loc[frame[versus] == v, "algo"]) == {DEFAULT_REFERENCE}]
-            return fedavg[0] if len(fedavg) == 1 else None
+            return next((v for v in reference if v in values), None)
+        if "algo" in frame:  # a labelled group whose runs are all the reference method's, when exactly one is
+            ref = [v for v in values if len(a := set(frame.loc[frame[versus] == v, "algo"])) == 1 and a <= {*reference}]
+            return ref[0] if len(ref) == 1 else None
         return None
     for v in values:
         if _names(v, against):

@@ -31,7 +31,7 @@ when a chunk hits CUDA out-of-memory it halves the chunk, restores whatever the 
 place (batch-norm statistics) and retries the same step, keeping the smaller chunk for the rest of the
 run. Chunking changes only how many clients share one call, never a client's batch or update, so a
 chunked run computes the unchunked one: bit for bit where a client's arithmetic does not depend on the
-call's width (matrix products on CPU), to float rounding otherwise (≈ 4e-9 on CPU: a vmapped conv is a
+call's width (matrix products on CPU), to float rounding otherwise (docs/design.md: a vmapped conv is a
 grouped conv, and batch norm's batched backward sums, in an order set by the number of clients). A retry
 after out-of-memory equals running with the reduced chunk from the start, bit for bit (tested on CPU
 with forced chunks and with a simulated out-of-memory error).
@@ -445,7 +445,7 @@ def _split(segments, chunk: int | None):
 
 def rows_of(tree, s: int, e: int):
     """Rows ``s:e`` of every tensor in a carry, as views: a nested dict walked directly (torch's pytree costs
-    about 0.1 ms a call, a step's worth of the lecture's arithmetic), anything else through it."""
+    a step's worth of the lecture's arithmetic a call), anything else through it."""
     if isinstance(tree, dict):
         return {k: rows_of(v, s, e) for k, v in tree.items()}
     if torch.is_tensor(tree):

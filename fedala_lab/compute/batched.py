@@ -18,7 +18,7 @@ weight and per layer input) instead of recorded for autograd and replayed. :func
 autograd would run, in its orientation, so its gradients are autograd's bit for bit (ALA's weight learning uses
 it). :func:`sgd_update` (local training) folds each weight's SGD step into the product that makes its gradient
 (``W.baddbmm_(δᵀ, h, alpha=−lr)``): autograd's gradient of a weight comes out transposed, and stepping a weight
-by a transposed tensor costs 6× a contiguous one here, most of the old step's time. Float rounding only: the
+by a transposed tensor is far slower than by a contiguous one, most of the old step's time. Float rounding only: the
 step sums in another order (tests/test_batched.py). docs/design.md#performance has the measurements.
 """
 

@@ -54,8 +54,8 @@ class cpu_threads:
 
 # glibc's malloc gives a freed block above its mmap threshold (128 KB at first) back to the system and trims
 # the free top of its heap above the trim threshold; a training step's tensors of the same sizes, allocated
-# again at the next step, then fault fresh zeroed pages in (a FedALA teach run: 140,000 page faults, 13 % of
-# its time in the kernel; a worker training the MNIST CNN: 15 %). The values glibc's own adaptive rule rises
+# again at the next step, then fault fresh zeroed pages in (docs/design.md#performance counts them in a teach
+# run and a worker training the MNIST CNN). The values glibc's own adaptive rule rises
 # to at most keep that memory for reuse: blocks up to 32 MB from the heap, a free top of up to 64 MB kept.
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _MMAP_THRESHOLD, _TRIM_THRESHOLD = 32 << 20, 64 << 20

@@ -103,7 +103,7 @@ class DataConfig:
                                    "never part of the key")
     download: bool = param_field(False, Bool(), "let torchvision download missing files; off by default: nothing "
                                  "touches the network unasked")
-    # Draws are cheap (thousands per second); digits with 20 clients at β = 0.1 succeeds on ~0.13 % of draws.
+    # Draws are cheap; digits with 20 clients at β = 0.1 succeeds on a small fraction of draws.
     max_tries: int = param_field(100_000, Int(1), "Dirichlet redraws before giving up with an error (the "
                                  "reference loops forever)")
     content: str | None = param_field(

@@ -25,7 +25,7 @@ from torchvision's MNIST files (another order) the same recipe gives a different
 
 Why this subset (measured, docs/design.md#data): on 8×8 digits FedAvg's accuracy did not fall in order as
 heterogeneity grew and the ALA ``s`` ablation was flat; on this subset, with the teach settings, IID >
-Dir(0.1) > Dir(0.05) > pathological holds above seed noise, and a run costs ≈ 2× a digits run.
+Dir(0.1) > Dir(0.05) > pathological holds above seed noise, at a cost per run that docs/design.md#data gives.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     >>> interleaved_costs([preset("teach", algo=a) for a in ("fedavg", "fedala")], rounds=4, repeats=3)
 
 A stored run's seconds were measured whenever it ran, under whatever else the machine was doing then: two
-runs computed an hour apart can differ by 2× for load alone, and a table of them can put a cheaper method
+runs computed an hour apart can differ severalfold for load alone, and a table of them can put a cheaper method
 above a dearer one (or give ALA's start phase a negative cost). Here every method's first rounds run afresh,
 side by side, ``repeats`` times, the order reversed every other pass, and each figure is the median over the
 passes, with the passes' range beside it: a load that comes and goes falls on every method alike.

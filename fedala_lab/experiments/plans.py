@@ -383,8 +383,8 @@ class Plan:
 
 
 # The MNIST plan's rounds (what a 2-core CPU affords in an hour for every figure of the plan) and the pFL
-# comparison's (the shortest horizon at which it says something: ≈ 2 hours of such a CPU, which its
-# arithmetic floors do not let fit in 90 minutes): docs/reproduction.md#the-plans-budget.
+# comparison's (the shortest horizon at which it says something, which its arithmetic floors do not let fit
+# in 90 minutes): docs/reproduction.md#the-plans-budget.
 MNIST_ROUNDS = 15
 MNIST_PFL_ROUNDS = 10
 

@@ -78,7 +78,7 @@ STATE = "fedala.client"  # the client's rows, in its Context.state (one record p
 PARTITION_ID = "partition-id"
 PAYLOAD_ENV = "FEDALA_FLOWER_PAYLOAD"  # the one file of custom data/model this machine's clients may load
 JOIN_SECONDS = 120.0  # how long the server waits for the federation's SuperNodes to join and answer
-START_SECONDS = 600.0  # run_flower: Ray's start and its client processes' first answer (50 s seen at load 6)
+START_SECONDS = 600.0  # run_flower: Ray's start and its client processes' first answer (slow on a loaded host)
 REJOIN_SECONDS = 60.0  # how long a round waits for a lost client's partition to be served again
 STOP_SECONDS = 60.0  # run_flower: how long Flower may take to stop after the run (Ray's actors)
 # A reply that says the message never reached a client or its node went away (the order may be sent again);

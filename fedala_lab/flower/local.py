@@ -160,7 +160,7 @@ class LocalFederation:
 
     ``heartbeat``: seconds between a SuperNode's heartbeats (None: Flower's 30; at least 10, the SuperLink's
     minimum). The SuperLink takes a node for lost after two intervals without one, so a lost node costs about
-    twice this before the run hears of it: tests pass 10 to notice a killed node in ≈ 20 s instead of ≈ 60."""
+    twice this before the run hears of it: tests pass 10 to notice a killed node sooner."""
 
     def __init__(self, folder: str | Path, clients: int, *, tls: bool = False, authenticate: bool = False,
                  certificates: Certificates | tuple | None = None, port: int | None = None,

@@ -31,8 +31,8 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7860
 # Clicks are served one at a time by default; more clicks wait in the queue. A click's runs are computed side
 # by side in worker processes (--processes, experiments/pool.py), not threads: on a laptop CPU a second thread
-# gains little — two teach FedALA runs took 5.7–6.3 s in two threads vs 6.3–6.7 s one after the other (loaded
-# 2-core machine), as small models are bound by Python's per-step overhead. `--concurrency 2` is safe (model
+# gains little (docs/design.md#performance measures it), as small models are bound by Python's per-step
+# overhead. `--concurrency 2` is safe (model
 # construction is serialised in models.build_model).
 DEFAULT_CONCURRENCY = 1
 
@@ -191,14 +191,14 @@ def launch(
     import torch
 
     # Small models and several users at once: one thread per simulation is fastest and does not
-    # oversubscribe the cores (docs/design.md#performance: a busy neighbour makes multi-threaded steps 6–37×
-    # slower).
+    # oversubscribe the cores (docs/design.md#performance: a busy neighbour makes multi-threaded steps many
+    # times slower).
     torch.set_num_threads(1)
     from .ui import build_app, launch_kwargs, warm_up
 
     demo = build_app(store=store, concurrency=concurrency, processes=processes, projector=bool(projector))
     # Before serving: partition the default data and trace the engine's first steps, so the lecturer's
-    # first click does not pay for them (≈ 3 s on a laptop CPU). Nothing is stored. Not in a background
+    # first click does not pay for them (seconds on a laptop CPU). Nothing is stored. Not in a background
     # thread: it would build a model while a first click may build another (see DEFAULT_CONCURRENCY).
     warm_up()
     try:

@@ -28,7 +28,7 @@ DATASET_CHOICES = [  # short enough to read in full in the data row at 1280 px
 PARTITION_CHOICES = [("IID", "iid"), ("pathological", "pathological"), ("Dirichlet", "dirichlet")]
 MODEL_CHOICES = [
     ("MLP 128-64 (fast)", "mlp"),
-    ("small CNN (≈2× slower)", "smallcnn"),
+    ("small CNN (slower)", "smallcnn"),
     ("auto (CNN by image size)", "auto"),
     ("FedAvgCNN (paper, 28×28)", "fedavgcnn"),
 ]

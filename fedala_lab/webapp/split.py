@@ -9,7 +9,7 @@ client of 10, N = 5, 9, 10, 13… work and 6, 7, 8, 11, 12 do not.
 The app finds the numbers by trying the split itself, on the labels only (one scan per data setting, cached;
 under a second for the embedded data): every N from 2 to 100 for pathological splits (a try takes
 milliseconds; an IID split serves them all, untried), and for a Dirichlet split N = 2, 3, … up to the first it
-cannot serve (a failed try draws :data:`PROBE_TRIES` times, ≈ 0.5 s). The probe draws a multiple of the
+cannot serve (a failed try draws :data:`PROBE_TRIES` times, the slowest try). The probe draws a multiple of the
 partitioner's batch of draws, so a split found here is the very split the run makes with its own, larger
 ``max_tries``: every N offered is served. It is conservative: an N above the first failure may succeed after
 more draws, and is not offered.

@@ -145,8 +145,8 @@ def _wire(app: LectureApp, panel, settings: Settings, runs_io, sim: dict) -> Non
 def warm_up() -> None:
     """Partition the default data, run two rounds of FedAvg and of FedALA on it and draw their curves and
     their clients' spread, all discarded: the first click in a process would otherwise pay for loading the
-    data, tracing the engine's step functions and loading matplotlib's fonts and seaborn (≈ 3 s on a laptop
-    CPU)."""
+    data, tracing the engine's step functions and loading matplotlib's fonts and seaborn (seconds on a laptop
+    CPU: benchmarks/results.md times the server's start with it)."""
     import io
 
     from ..experiments.runs import run_unsaved

@@ -14,6 +14,7 @@ import time
 import gradio as gr
 import pandas as pd
 
+from ...algorithms import registry
 from ...errors import ConfigError
 from ...experiments.plans import comparison_configs
 from ...experiments.presets import preset
@@ -80,7 +81,7 @@ def finding(frame: pd.DataFrame, base) -> str:
     rows = {r.label: r for r in frame.itertuples(index=False)}
     ref = next(r for r in rows.values() if r.reference)
     lama = next(r for r in rows.values() if r.algo == "fedlama")
-    longer = next((r for r in rows.values() if r.algo == "fedavg" and not r.reference), None)
+    longer = next((r for r in rows.values() if r.algo in registry.with_role("reference") and not r.reference), None)
     diff = lama.final_acc - ref.final_acc
     text = (f"**{lama.label}, {RULE_NAMES[base.lama_rule]}:** uploaded **{lama.comm_pct:.1f} %** of "
             f"{ref.label}'s bytes ({lama.bytes_up / 2**20:.1f} MB against {ref.bytes_up / 2**20:.1f} MB) and ended "
@@ -92,7 +93,7 @@ def finding(frame: pd.DataFrame, base) -> str:
     text += (f". Final accuracy: local step {step}, the last step every run evaluates (seed {base.seed}). "
              "Accuracy is that of a global model on every client's test split: FedAvg's, and FedLAMA's server "
              "model (every layer as last averaged)")
-    if any(r.algo in ("fedala", "fedavg+ala", "fedlama+ala") for r in rows.values()):
+    if any(registry.resolve(r.algo).uses("ala") for r in rows.values()):
         text += "; FedALA's and FedLAMA+ALA's are each client's own model (FedLAMA+ALA's at window starts only)"
     return text + "."
 

@@ -85,7 +85,8 @@ def over_seeds(loaded) -> str:
         return "No finished run picked: nothing to say over seeds." if loaded else ""
     labels = _group_labels([runs[0].config.replace(seed=0) for runs in groups.values()])
     named = dict(zip(labels, groups.values()))
-    ref = next((lab for lab, runs in named.items() if runs[0].config.algo == "fedavg"), labels[0])
+    ref = next((lab for lab, runs in named.items() if runs[0].config.algo in registry.with_role("reference")),
+               labels[0])
     frame = stats.groups_frame(named)
     long = stats.seed_stats(frame, against=ref if len(named) > 1 else None, metrics=["final"])
     lines = (stats.verdicts(long, "final") if len(named) > 1 else

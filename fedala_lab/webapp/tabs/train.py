@@ -46,7 +46,7 @@ def train(app, algos, settings, job):
     if not runs:  # stopped before a single round: what the page shows stays
         return *[gr.skip()] * 6, got.status
     labels = [run_label(r) for r in runs]
-    refs = [lab for r, lab in zip(runs, labels) if r.config.algo in ("fedavg", "local")]
+    refs = [lab for r, lab in zip(runs, labels) if r.config.algo in registry.with_role("reference", "no-federation")]
     acc = AccuracyCurveDisplay.from_runs(runs, metric="acc", labels=labels, highlight=HIGHLIGHT, keep=refs,
                                          title=f"Test accuracy per round ({data_title(cfgs[0].data)})")
     loss = AccuracyCurveDisplay.from_runs(runs, metric="test_loss", labels=labels, highlight=HIGHLIGHT, keep=refs)
@@ -70,8 +70,9 @@ def verdict(ranking: pd.DataFrame) -> str:
     final = dict(zip(ranking["label"], ranking["mean"]))  # in % (one run per label: its final accuracy)
     algo = dict(zip(ranking["label"], ranking["algo"]))
     ranked = list(ranking["label"])
-    local = next((lab for lab in ranked if algo[lab] == "local"), None)
-    fed = [lab for lab in ranked if algo[lab] != "local"]
+    alone = registry.with_role("no-federation")
+    local = next((lab for lab in ranked if algo[lab] in alone), None)
+    fed = [lab for lab in ranked if algo[lab] not in alone]
     top = ", ".join(f"{lab} {final[lab]:.2f} %" for lab in ranked[:3])
     if local is None or not fed:
         text = f"**Final accuracy, best first:** {top}." + (
@@ -102,7 +103,8 @@ def clients(app, algos, settings, job):
     if not runs:
         return gr.skip(), gr.skip()
     labels = [run_label(r) for r in runs]
-    many = {"highlight": HIGHLIGHT, "keep": [lab for r, lab in zip(runs, labels) if r.config.algo in ("fedavg", "local")]}
+    many = {"highlight": HIGHLIGHT, "keep": [lab for r, lab in zip(runs, labels)
+                                             if r.config.algo in registry.with_role("reference", "no-federation")]}
     return (ClientAccuracyDisplay.from_runs(runs, labels=labels, **many).figure_,
             ClientSpreadDisplay.from_runs(runs, labels=labels, **many).figure_)
 
