@@ -33,15 +33,13 @@ _ROOT = Path(__file__).resolve().parent
 # app, figures, analysis, Flower's transport) and the experiment plans (which configs exist) are not.
 COMPUTING = ("algorithms", "compute", "data", "engine", "record", "models.py", "config.py", "params.py",
              "numerics.py", "experiments/prefix.py")
-PROSE = ("algorithms/notes.py",)  # what the specs say in words: computes nothing, so rewording keeps every run
 
 
 def _files() -> list[Path]:
     out = []
     for name in COMPUTING:
         p = _ROOT / name
-        out.extend(sorted(f for f in p.rglob("*") if f.is_file() and f.suffix in (".py", ".npz")
-                          and f.relative_to(_ROOT).as_posix() not in PROSE) if p.is_dir() else [p])
+        out.extend(sorted(f for f in p.rglob("*") if f.is_file() and f.suffix in (".py", ".npz")) if p.is_dir() else [p])
     return out
 
 
