@@ -562,22 +562,22 @@ class WithALA(Wrapper):
         for n in self.names:  # W kept for the next round
             state.weights[n][clients] = learned.weights[n]
         state.started[clients] = True
-        self.record(rnd, ids, learned, start_phase, state)
+        self.record(rnd, rnd.ids[ids], learned, start_phase, state)
         # Θ̂ = L + (G − L) ⊙ [1; W]: the lower parameters are G's (Eq. 4's "1"), the weighted ones blended
         return self.blended(sent, {n: blend(local[n], glob[n], learned.weights[n]) for n in self.names})
 
     def windows(self, rnd: Round, ids: np.ndarray):
         """The clients' windows one after another: rows x, y of the train data, and each window's length."""
         cfg, data = self.cfg, rnd.data
-        rows = [int(data.train_offsets[c]) + window(int(data.train_sizes[c]), cfg.s, cfg.seed, rnd.t, int(c))
-                for c in ids]
+        rows = [int(data.train_offsets[c]) + window(int(data.train_sizes[c]), cfg.s, cfg.seed, rnd.t, who)
+                for c, who in zip(ids, rnd.ids[ids].tolist())]
         idx = torch.as_tensor(np.concatenate(rows) if rows else np.zeros(0, np.int64), device=rnd.device)
         return data.train_x[idx], data.train_y[idx], [len(r) for r in rows]
 
     def record(self, rnd: Round, ids: np.ndarray, learned: Learned, start_phase: np.ndarray,
                state: ALAState) -> None:
         """Each pass of the tracked clients (run.ala, pass by pass across clients, as they ran), their W
-        (run.arrays) and the clients newly capped (run.meta, with a warning)."""
+        (run.arrays) and the clients newly capped (run.meta, with a warning); ``ids``: the clients' ids."""
         rows = {c: [] for c in ALA_COLUMNS}
         for e in range(max((len(p) for p in learned.passes), default=0)):
             for i, c in enumerate(ids.tolist()):

@@ -27,8 +27,11 @@ One rule a hook must keep: round t may depend on the rounds before it, never on 
 and takes a shorter run as the start of a longer one (a schedule takes its own length as a hyper-parameter,
 as FedPHP's ``fedphp_ramp``).
 
-Shapes: ``global_params[name]`` is the parameter's shape; ``local_params[name]`` is (N, *shape) for N
-clients; a per-client result for A clients is (A, *shape), rows in the order of the clients asked for.
+Shapes: ``global_params[name]`` is the parameter's shape; ``local_params[name]`` is (N, *shape) for the N
+clients a round holds; a per-client result for A clients is (A, *shape), rows in the order of the clients asked
+for. A client is named by its row; its id in the run is ``rnd.ids[row]`` (the row itself in the engine; a
+client apart from the server, engine/sides.py, holds itself alone, as row 0): the streams of :meth:`Round.rng`
+and :meth:`Round.plan` are drawn by id, and what a hook records or keeps about a client names its id.
 """
 
 from __future__ import annotations
@@ -135,8 +138,10 @@ class Setup:
 
     def __init__(self, cfg, model: nn.Module, data: FederatedData, *, tracked: Sequence[int] = (),
                  backend=None, chunk_clients: int | None = None, channels_last: bool = False,
-                 graphs: bool = False):
+                 graphs: bool = False, ids: Sequence[int] | None = None):
         self.cfg, self.model, self.data = cfg, model, data
+        # the run's id of the client of each row of ``data`` (None: the rows are the ids)
+        self.ids = np.arange(data.num_clients) if ids is None else np.asarray(ids, dtype=np.int64)
         self.device = data.device
         self.param_names = [k for k, _ in model.named_parameters()]
         self.shapes = {k: tuple(v.shape) for k, v in model.named_parameters()}
@@ -218,7 +223,7 @@ class Setup:
         batches = []
         for i, (c, n) in enumerate(zip(ids, rows)):
             common = {"batch_size": cfg.batch_size, "drop_last": cfg.drop_last, "shuffle": cfg.shuffle,
-                      "seed": cfg.seed, "client": c, "stream": stream}
+                      "seed": cfg.seed, "client": int(self.ids[c]), "stream": stream}
             seq = plans.train_batches(n, int(offs[c]), t=t, epochs=epochs, steps=steps, **common) if start is None \
                 else plans.stream_batches(n, int(offs[c]), start=int(start[i]), steps=steps, **common)
             batches.append(seq[:limits[c]] if limits and c in limits else seq)
@@ -244,7 +249,8 @@ class Round:
 
     Read: ``t``, ``cfg``, ``model``, ``data``, ``global_params`` (G), ``local_params`` and ``local_buffers``
     (every client's, (N, *shape)), ``selected`` (this round's clients), ``state`` (the calling algorithm's own
-    state, which it may update in place). Treat the parameter tensors as read-only: return changes instead.
+    state, which it may update in place), ``ids`` (each row's client id in the run). Treat the parameter
+    tensors as read-only: return changes instead.
 
     Services: :meth:`rng` (seeded generators), :meth:`models` (some clients' models), :meth:`weights` (FedAvg's
     n_i/Σn), :meth:`param_bytes`, :meth:`send_global`, :meth:`weighted_mean`, :meth:`plan` (batches),
@@ -301,20 +307,22 @@ class Round:
         """Every client this round holds: all N (on a Flower client, the client itself)."""
         return torch.arange(self.num_clients, device=self.device)
 
-    def held(self, clients: torch.Tensor) -> torch.Tensor:
-        """Those of ``clients`` this round holds (all of them; on a Flower client, itself if among them)."""
-        return clients
+    @property
+    def ids(self) -> np.ndarray:
+        """The run's id of the client of each row (module docstring): what to record or keep about a client."""
+        return self._setup.ids
 
     @property
     def tracked(self) -> frozenset[int]:
-        """Clients whose per-client records (ALA's passes and weights…) the run keeps."""
+        """Clients (ids) whose per-client records (ALA's passes and weights…) the run keeps."""
         return self._setup.tracked
 
     def rng(self, client: int, purpose: int, *extra: int) -> np.random.Generator:
-        """A generator of its own for (seed, this round, client, purpose, …): the same draw on any backend and
-        after a resume. ``client`` = ``streams.SERVER`` for server-side draws; ``purpose`` a number of your own
-        from 100 on (compute/rng.py lists those in use)."""
-        return streams.generator(self.cfg.seed, self.t, client, purpose, *extra)
+        """A generator of its own for (seed, this round, the id of the client of row ``client``, purpose, …): the
+        same draw on any backend, after a resume and apart from the server. ``client`` = ``streams.SERVER`` for
+        server-side draws; ``purpose`` a number of your own from 100 on (compute/rng.py lists those in use)."""
+        who = client if client == streams.SERVER else int(self._setup.ids[client])
+        return streams.generator(self.cfg.seed, self.t, who, purpose, *extra)
 
     def weights(self, clients: torch.Tensor) -> torch.Tensor:
         """FedAvg's weights n_i / Σ n of ``clients`` (n_i = train samples), float64 on the device."""
@@ -440,8 +448,8 @@ class Round:
         self.records.append(("table", table, rows))
 
     def record_series(self, name: str, clients: Sequence[int], tensors: dict[str, torch.Tensor]) -> None:
-        """Keep, for each tracked client among ``clients``, this round's ``tensors[k]`` row (A, *shape) as
-        ``run.arrays[f"{name}/{client}/{k}"]`` (stacked over rounds, with ``f"{name}_rounds/{client}"``)."""
+        """Keep, for each tracked client among ``clients`` (ids, :attr:`ids`), this round's ``tensors[k]`` row
+        (A, *shape) as ``run.arrays[f"{name}/{client}/{k}"]`` (stacked over rounds, with ``f"{name}_rounds/{client}"``)."""
         self.records.append(("series", name, (list(clients), tensors)))
 
 

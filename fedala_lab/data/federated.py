@@ -126,6 +126,13 @@ class FederatedData:
         a, b = self.test_offsets[i], self.test_offsets[i + 1]
         return self.test_x[a:b], self.test_y[a:b]
 
+    def client(self, i: int) -> FederatedData:
+        """Client ``i``'s data alone, as data of one client (views of these tensors): what it holds in a
+        federation (engine/sides.py)."""
+        (a, b), (c, d) = self.train_offsets[i:i + 2], self.test_offsets[i:i + 2]
+        return FederatedData(self.name, self.num_classes, self.class_names, self.train_x[a:b], self.train_y[a:b],
+                             np.array([0, b - a]), self.test_x[c:d], self.test_y[c:d], np.array([0, d - c]))
+
     def label_counts(self) -> pd.DataFrame:
         """Tidy counts: one row per (client, split, label) with count > 0 (the Fig. 6–9 data)."""
         rows = []

@@ -4,13 +4,13 @@ client rows and the round's row, divergence and timing (docs/design.md#one-round
 A round is three phases over a :class:`RoundState`, what the round works on, declared:
 
     start  = begin(rs, t)                       server: select, the stragglers' work, whether t is evaluated
-    report = serve(rs, start)                   the clients ``start.rnd`` holds: initialise, evaluate, train
+    report = serve(rs, start)                   the clients ``rs`` holds: initialise, evaluate, train
     row    = finish(rs, start, report, to_run)  server: divergence, aggregate, the records, the round's row
 
 ``Simulation.run_round`` calls them in a row on itself, a state that holds every client. engine/sides.py calls
 ``begin`` and ``finish`` on the server's state (G, its algorithm state, the senders' uploads) and ``serve`` on
-a client's (its own rows), one client at a time (Flower carries them, flower/): the same code, so the same
-numbers.
+a client's (itself alone, one row), one client at a time (Flower carries them, flower/): the same code, so the
+same numbers.
 
 Every hook's answer is checked where it is received (``checked_*``): a wrong type or shape is a
 :class:`HookError` naming the hook and the algorithm; a non-finite model is divergence, blamed on the first
@@ -57,7 +57,7 @@ class RoundState:
     backend; ``algo``: the hooks; ``global_params``: G; ``local_params``/``local_buffers``: (N, …) each;
     ``state``: the algorithm's, never looked into; ``recorder``: None on a client side, which records nothing;
     ``round``/``seconds``: the last finished round, the rounds' seconds. A ``Simulation`` is one, holding every
-    client's rows; a side of engine/sides.py holds one, NaN in the rows it would not hold in a federation."""
+    client's rows; each side of engine/sides.py holds one: a client's, its own row alone."""
 
     cfg: RunConfig
     setup: Setup
@@ -156,10 +156,9 @@ def begin(rs: RoundState, t: int) -> RoundStart:
 
 
 def serve(rs: RoundState, start: RoundStart) -> Report:
-    """The clients' part of the round for every client the round's view ``start.rnd`` holds
-    (:attr:`Round.everyone`): receive what the server sends (``initialise``), evaluate before local training
-    (``personalise``'s models or the local ones), train the selected ones (``local_train``), measure. Writes
-    their models into ``rs``."""
+    """The clients' part of the round for every client ``rs`` holds (:attr:`Round.everyone`): receive what the
+    server sends (``initialise``), evaluate before local training (``personalise``'s models or the local ones),
+    train the selected ones (``local_train``), measure. Writes their models into ``rs``."""
     cfg, algo, rnd = rs.cfg, rs.algo, start.rnd
     report = Report.blank(rs.num_clients)
     num, held = report.numbers, rnd.everyone
@@ -167,7 +166,7 @@ def serve(rs: RoundState, start: RoundStart) -> Report:
 
     # 2. local initialisation from what the server sends
     tic = time.perf_counter()
-    init = held if algo.initialise_all else rnd.held(start.selected)
+    init = held if algo.initialise_all else start.selected
     if len(init):
         sent = checked_sent(algo.initialise(rnd, init), rs, len(init))
         ids = init.cpu().numpy()
@@ -197,10 +196,10 @@ def serve(rs: RoundState, start: RoundStart) -> Report:
 
     # 4. local training of the selected clients, the stragglers' work as the server drew it
     tic = time.perf_counter()
-    trainers = rnd.held(start.selected)
+    trainers = start.selected
     if len(trainers):
         _train(rs, start, trainers, report)
-    senders = rnd.held(start.work.senders(start.selected))  # the selected clients that were not dropped
+    senders = start.work.senders(start.selected)  # the selected clients that were not dropped
     if start.evaluated and cfg.record_train_loss and len(senders):
         tr = rnd.evaluate(rs.local_params, rs.local_buffers, "train", clients=senders)
         num["trained_loss"][senders.cpu().numpy()] = tr["loss_sum"] / np.maximum(tr["num"], 1)
@@ -237,8 +236,8 @@ def finish(rs: RoundState, start: RoundStart, report: Report, to_run: Callable, 
     """The server's end of the round: stop on divergence (a :class:`TrainingDiverged` with the holder's
     ``to_run(status="diverged")``, its rounds before this one), ``aggregate`` the senders' models into G, record
     the clients' rows (evaluated rounds) and the round's row; returns that row. ``apart``: the clients ran apart
-    from the server (engine/sides.py), so a hook's non-finite model means it read a model its side does not
-    hold (a :class:`SplitError`)."""
+    from the server (engine/sides.py), so a non-finite aggregate means it read a model no sender uploaded (a
+    :class:`SplitError`)."""
     cfg, algo, rec, rnd, t = rs.cfg, rs.algo, rs.recorder, start.rnd, start.t
     num = report.numbers
     for which, flats in report.snapshots.items():
@@ -247,7 +246,7 @@ def finish(rs: RoundState, start: RoundStart, report: Report, to_run: Callable, 
     codes = num["diverged"].astype(np.int64)
     if codes.any():
         rec.take(t, rnd.records)
-        _diverged(rs, t, codes, apart, to_run)
+        _diverged(rs, t, codes, to_run)
 
     # 5. server aggregation of the senders' models
     tic = time.perf_counter()
@@ -259,7 +258,7 @@ def finish(rs: RoundState, start: RoundStart, report: Report, to_run: Callable, 
                              "none: it cannot run with clients and server apart")
         rec.take(t, rnd.records)
         codes = np.zeros(rs.num_clients, dtype=np.int64)
-        _diverged(rs, t, codes, apart, to_run, hook="aggregate")
+        _diverged(rs, t, codes, to_run, hook="aggregate")
     rs.global_params.update(agg.params)
     bytes_up = np.zeros(rs.num_clients, dtype=np.int64)
     bytes_up[senders.cpu().numpy()] = shares(agg.bytes, len(senders), agg.client_bytes)
@@ -334,16 +333,11 @@ def round_row(rs: RoundState, start: RoundStart, num: dict, accs: np.ndarray | N
 # ------------------------------------------------------------------------------------------ divergence
 
 
-def _diverged(rs: RoundState, t: int, codes: np.ndarray, apart: bool, to_run: Callable, hook: str = "") -> None:
+def _diverged(rs: RoundState, t: int, codes: np.ndarray, to_run: Callable, hook: str = "") -> None:
     """Stop the run at round ``t``: the first place a model became non-finite, by :func:`divergence_message`,
     the run so far (rounds before ``t``) with status "diverged"."""
     first = int(codes[codes > 0].min()) if codes.any() else 0
     clients = np.flatnonzero(codes == first).tolist() if first else []
-    label = rs.cfg.algorithm.label
-    if apart and first in (INITIALISE, PERSONALISE):
-        what = "initialise" if first == INITIALISE else "personalise"
-        raise SplitError(f"{label} read other clients' models to {what} client {clients[0]} in round {t}: it "
-                         "cannot run with clients and server apart")
     hook = hook or {INITIALISE: "initialise", PERSONALISE: "personalise", LOCAL_TRAIN: "local_train"}.get(first, "")
     rs.round = t - 1
     run = to_run(status="diverged")

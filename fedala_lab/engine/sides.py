@@ -6,20 +6,22 @@ fedala_lab/flower; both in one process: ``flower.run_split``). docs/design.md#on
     finish(t, replies): rounds.finish — aggregate, ◀── a Reply ─────  its numbers, its upload (the method's
       divergence, the run's records and rows                            downloads()), what its hooks recorded
 
-Each side holds the round's state (:class:`~fedala_lab.engine.rounds.RoundState`) with the engine's shapes, as
-a hook indexes a :class:`~fedala_lab.algorithms.base.Round`'s rows by client id (``local_params[n]`` is (N, …)),
-but holds only what it would hold in a federation. A client holds its own rows (its model, buffers and its rows
-of the algorithm's state), loaded from the bytes it kept before each order and saved after it; its round's
-"every client" is itself (:class:`ClientRound`). The server holds G and the algorithm's server-side state, and
-while it aggregates the senders' uploads in their rows. Every other row on either side is NaN (:func:`forget`),
-so a method that reads a model it would not hold fails loudly (:class:`~fedala_lab.errors.SplitError`).
+Each side holds the round's state (:class:`~fedala_lab.engine.rounds.RoundState`), only what it would hold in a
+federation. For each order a client holds itself alone (:meth:`ClientSide.side`): its data, a state of one row
+(its model, buffers and row of the algorithm's state, loaded from the bytes it kept and saved after the order)
+and the algorithm built on that one client, whose hooks see it as row 0 and draw its streams by its id
+(``Setup.ids``), so it computes what the engine computes for it. The server holds G, the algorithm's server-side
+state, the run's records, and the engine's (N, …) stacks of models, as ``select`` and ``aggregate`` name clients
+by their ids (``local_params[n][senders]``, ``weights(senders)``): while it aggregates, the senders' rows hold
+their uploads, and every other row is NaN, so an aggregation that reads a model no sender uploaded fails loudly
+(:class:`~fedala_lab.errors.SplitError`).
 
 A transport uses only this (docs/design.md#one-round-two-transports): ``ServerSide`` — ``cfg``,
 ``num_clients``, ``train_size(c)``, ``global_params``, ``downloads()``, ``orders(t)``, ``finish(t, replies)``,
 ``to_run()``, ``client_backend``, and to survive a lost node or server ``round``, ``rows(c)``,
 ``save_checkpoint(path)``, ``load_checkpoint(path)``; ``ClientSide`` — ``num_clients``, ``train_size(c)``,
 ``backend_name``, ``serve(order, glob, saved)``; the values :class:`Order` and :class:`Reply`; :func:`to_bytes` /
-:func:`from_bytes`. (``sim``, each side's RoundState, is for tests that compare it with the engine's.)
+:func:`from_bytes`. (``sim``, each side's RoundState (a client's: its last order's), is for tests.)
 
 Which methods run so (:func:`split_refusal`): those whose client hooks need only G and the client's own model,
 state and data, and whose ``aggregate`` needs only the senders' uploads and the server's own state; a method
@@ -38,7 +40,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..algorithms.base import Algorithm, Round, Wrapper, state_from_dict, state_to_dict
+from ..algorithms.base import Algorithm, Setup, Wrapper, state_from_dict, state_to_dict
+from ..compute.backends import make_backend
 from ..compute.device import cpu_threads
 from ..config import RunConfig
 from ..data.federated import FederatedData
@@ -46,7 +49,7 @@ from ..errors import ConfigError, FedalaError
 from ..record.run import Run
 from . import rounds
 from .rounds import RoundState
-from .simulate import Simulation, load_checkpoint, write_checkpoint
+from .simulate import Simulation, load_checkpoint, prepared, run_threads, write_checkpoint
 from .stragglers import LocalWork
 
 SERVER_HOOKS = ("select", "aggregate")
@@ -120,12 +123,10 @@ def client_backend(cfg: RunConfig) -> str:
 class Order:
     """What the server asks of client ``client`` in round ``t``: initialise from G, evaluate before local
     training, train (``limit``: a straggler's steps, None: its full work; ``dropped``: a straggler the
-    server drops, which trains nothing and sends nothing), send its model for the Fig. 4 snapshots.
-    ``selected`` is the round's selection (a hook may read ``rnd.selected``)."""
+    server drops, which trains nothing and sends nothing), send its model for the Fig. 4 snapshots."""
 
     t: int
     client: int
-    selected: list[int]
     init: bool
     evaluate: bool
     train: bool
@@ -142,9 +143,9 @@ class Order:
     @classmethod
     def from_config(cls, d) -> Order:
         limit = int(d["limit"])
-        return cls(t=int(d["t"]), client=int(d["client"]), selected=[int(c) for c in d["selected"]],
-                   init=bool(d["init"]), evaluate=bool(d["evaluate"]), train=bool(d["train"]),
-                   limit=None if limit < 0 else limit, dropped=bool(d["dropped"]), snapshot=bool(d["snapshot"]))
+        return cls(t=int(d["t"]), client=int(d["client"]), init=bool(d["init"]), evaluate=bool(d["evaluate"]),
+                   train=bool(d["train"]), limit=None if limit < 0 else limit, dropped=bool(d["dropped"]),
+                   snapshot=bool(d["snapshot"]))
 
 
 @dataclass
@@ -249,84 +250,40 @@ def put_client_rows(plain, rows, c: int, n: int) -> None:
         plain[c] = rows[0].to(plain.dtype)
 
 
-def poison(tree, rows, n: int) -> None:
-    """Fill rows ``rows`` (a client id, or a slice/mask) of every floating per-client tensor in ``tree`` (a
-    state, a dict of tensors) with NaN: a row its side does not hold."""
-    if dataclasses.is_dataclass(tree) and not isinstance(tree, type):
-        for f in dataclasses.fields(tree):
-            poison(getattr(tree, f.name), rows, n)
-    elif isinstance(tree, dict):
-        for v in tree.values():
-            poison(v, rows, n)
-    elif isinstance(tree, list):
-        for v in tree:
-            poison(v, rows, n)
-    elif _per_client(tree, n) and tree.is_floating_point():
-        tree[rows] = math.nan
-
-
-def forget(rs: RoundState, rows, *, state: bool = True) -> None:
-    """:func:`poison` rows ``rows`` of ``rs``'s models, buffers and (``state``) the algorithm's per-client state."""
-    for tree in (rs.local_params, rs.local_buffers, rs.state if state else None):
-        poison(tree, rows, rs.num_clients)
-
-
 # ------------------------------------------------------------------------------------- the client side
-
-
-class ClientRound(Round):
-    """Round ``t`` as a hook sees it on a client: the engine's shapes, but only the client's own rows are real
-    (the others are NaN), and "every client" (:attr:`everyone`) is the client itself, so a hook that works on
-    every client (``-c``'s fine-tuning) works on this one."""
-
-    def __init__(self, setup, t: int, *, me: torch.Tensor, **kwargs):
-        super().__init__(setup, t, **kwargs)
-        self.me = me
-
-    @property
-    def everyone(self) -> torch.Tensor:
-        return self.me
-
-    def held(self, clients: torch.Tensor) -> torch.Tensor:
-        return clients[clients == self.me]
-
-    def evaluate(self, params: dict, buffers: dict, split: str = "test", clients=None, *,
-                 auc: bool = False) -> dict[str, np.ndarray]:
-        """As :meth:`Round.evaluate`; "every client" is this one, whose rows may be all of ``params`` (a hook's
-        models for :attr:`everyone`) or its row of every client's."""
-        if clients is not None:
-            return super().evaluate(params, buffers, split, clients, auc=auc)
-
-        def mine(v):
-            return v if v.shape[0] == 1 else v[self.me]
-
-        plan = self._setup.eval_plan(split).take(self.me.cpu().numpy())
-        return self.evaluate_batches({k: mine(v) for k, v in params.items()},
-                                     {k: mine(v) for k, v in buffers.items()}, plan, split, auc=auc)
 
 
 class ClientSide:
     """The client side of the round, for any client of one run, one client at a time (a Flower SuperNode's
     ClientApp, a Ray actor serving several simulated clients one after another), on the backend of
-    :func:`client_backend`.
-
-    Before each order the client's kept rows are loaded (``saved``: None for its first message: the initial
-    model and the algorithm's initial state, as in the engine); after it they are saved and poisoned again."""
+    :func:`client_backend`: for each order the client alone (:meth:`side`), from the rows it kept (``saved``:
+    None for its first message: the initial model and the algorithm's initial state, as in the engine)."""
 
     def __init__(self, cfg: RunConfig, data: FederatedData | None = None, model: nn.Module | None = None):
-        built = Simulation(cfg.replace(backend=client_backend(cfg)), data, model=model)  # the engine's build
-        self.sim = rs = RoundState(**{f.name: getattr(built, f.name) for f in dataclasses.fields(RoundState)}
-                                   | {"recorder": None})
-        self.num_clients, self.threads = rs.num_clients, built.threads
-        self.backend_name = rs.setup.backend.name
-        self.uploads = list(rs.algo.downloads())
-        self.initial = {"params": {k: v.detach().clone() for k, v in built.model.named_parameters()},
-                        "buffers": {k: v.detach().clone() for k, v in built.model.named_buffers()},
-                        "state": state_to_dict(rs.algo.init_state(rs.setup))}
-        forget(rs, slice(None))
+        self.cfg, device, self.data, self.model = prepared(cfg.replace(backend=client_backend(cfg)), data, model)
+        self.num_clients, self.threads = self.data.num_clients, run_threads(self.cfg, device)
+        self.backend = make_backend(self.cfg.backend)
+        self.backend_name = self.backend.name
+        self.tracked = self.cfg.clients_to("track_clients", self.num_clients)
+        self.sim: RoundState | None = None
 
     def train_size(self, c: int) -> int:
-        return int(self.sim.setup.train_sizes[c])
+        return int(self.data.train_sizes[c])
+
+    def side(self, c: int, saved: bytes | None) -> RoundState:
+        """Client ``c`` alone: its data, its rows (``saved``, or the initial ones) as a state of one row, and the
+        algorithm built on it (row 0 is client ``c``: ``Setup.ids``)."""
+        setup = Setup(self.cfg, self.model, self.data.client(c), tracked=self.tracked, backend=self.backend, ids=[c])
+        algo = self.cfg.algorithm.build(setup)
+        state = algo.init_state(setup)
+        rows = {"params": dict(self.model.named_parameters()), "buffers": dict(self.model.named_buffers())}
+        if saved is not None:
+            rows = from_bytes(saved)
+            state = put_state_rows(state, rows["state"], 0, 1)
+        local, buffers = ({k: v.detach().unsqueeze(0).to(setup.device).clone() for k, v in rows[part].items()}
+                          for part in ("params", "buffers"))
+        glob = {k: v.detach().clone() for k, v in self.model.named_parameters()}
+        return RoundState(self.cfg, setup, algo, glob, local, buffers, state, recorder=None)
 
     def serve(self, order: Order, glob: dict[str, torch.Tensor], saved: bytes | None) -> tuple[Reply, bytes]:
         """Carry out ``order`` for its client with the global parameters ``glob`` (what the method downloads),
@@ -334,53 +291,30 @@ class ClientSide:
         c, n = order.client, self.num_clients
         if not 0 <= c < n:
             raise FedalaError(f"client {c} does not exist: the run's data has {n} clients (0 … {n - 1})")
-        self._load(c, saved)
-        try:
-            with cpu_threads(self.threads):
-                reply = self._serve(order, glob)
-            reply.rows = self._save(c)
-            return reply, reply.rows
-        finally:
-            forget(self.sim, c)
+        self.sim = rs = self.side(c, saved)
+        with cpu_threads(self.threads):
+            reply = self._serve(rs, order, glob)
+        reply.rows = to_bytes({"params": {k: v[0].detach().cpu().clone() for k, v in rs.local_params.items()},
+                               "buffers": {k: v[0].detach().cpu().clone() for k, v in rs.local_buffers.items()},
+                               "state": state_rows(state_to_dict(rs.state), 0, 1)})
+        return reply, reply.rows
 
-    def _load(self, c: int, saved: bytes | None) -> None:
-        sim = self.sim
-        if saved is None:
-            rows = {"params": self.initial["params"], "buffers": self.initial["buffers"],
-                    "state": state_rows(self.initial["state"], c, self.num_clients)}
-        else:
-            rows = from_bytes(saved)
-        for part, tree in (("params", sim.local_params), ("buffers", sim.local_buffers)):
-            for k, v in rows[part].items():
-                tree[k][c] = v.to(tree[k].device, tree[k].dtype)
-        sim.state = put_state_rows(sim.state, rows["state"], c, self.num_clients)
-
-    def _save(self, c: int) -> bytes:
-        sim = self.sim
-        return to_bytes({"params": {k: v[c].detach().cpu().clone() for k, v in sim.local_params.items()},
-                         "buffers": {k: v[c].detach().cpu().clone() for k, v in sim.local_buffers.items()},
-                         "state": state_rows(state_to_dict(sim.state), c, self.num_clients)})
-
-    def _serve(self, order: Order, glob: dict) -> Reply:
-        sim, c, n = self.sim, order.client, self.num_clients
-        device = sim.setup.device
+    @staticmethod
+    def _serve(rs: RoundState, order: Order, glob: dict) -> Reply:
+        device = rs.setup.device
         for k, v in glob.items():
-            sim.global_params[k] = v.to(device, sim.global_params[k].dtype)
-        me = torch.tensor([c], device=device)
-        selected = torch.as_tensor(order.selected, dtype=torch.int64, device=device)
-        rnd = ClientRound(sim.setup, order.t, me=me, global_params=sim.global_params, local_params=sim.local_params,
-                          local_buffers=sim.local_buffers, selected=selected, state=sim.state)
-        straggler, dropped = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
-        straggler[c], dropped[c] = order.limit is not None, order.dropped
-        work = LocalWork(straggler, dropped, {} if order.limit is None else {c: order.limit})
-        start = rounds.RoundStart(order.t, rnd, selected, work, order.evaluate,
-                                  frozenset({c}) if order.snapshot else frozenset())
-        report = rounds.serve(sim, start)
-        reply = Reply(c, report.row(c), records=plain_records(rnd.records),
-                      snapshots={which: flats[c] for which, flats in report.snapshots.items() if c in flats},
-                      meta={k: list(v) for k, v in sim.algo.meta(sim.state).items() if isinstance(v, list)})
+            rs.global_params[k] = v.to(device, rs.global_params[k].dtype)
+        me = torch.zeros(int(order.train), dtype=torch.int64, device=device)  # row 0 when selected
+        work = LocalWork(np.array([order.limit is not None]), np.array([order.dropped]),
+                         {} if order.limit is None else {0: order.limit})
+        start = rounds.RoundStart(order.t, rs.round_view(order.t, me), me, work, order.evaluate,
+                                  frozenset({0}) if order.snapshot else frozenset())
+        report = rounds.serve(rs, start)
+        reply = Reply(order.client, report.row(0), records=plain_records(start.rnd.records),
+                      snapshots={which: flats[0] for which, flats in report.snapshots.items() if 0 in flats},
+                      meta={k: list(v) for k, v in rs.algo.meta(rs.state).items() if isinstance(v, list)})
         if order.train and not order.dropped:
-            reply.upload = {k: sim.local_params[k][c].detach().cpu().clone() for k in self.uploads}
+            reply.upload = {k: rs.local_params[k][0].detach().cpu().clone() for k in rs.algo.downloads()}
         return reply
 
 
@@ -411,7 +345,7 @@ class ServerSide:
                         "buffers": {k: v[0].detach().cpu().clone() for k, v in rs.local_buffers.items()}}
         self._start: rounds.RoundStart | None = None
         self._orders: dict[int, Order] = {}
-        forget(rs, slice(None), state=False)
+        self._forget()
 
     @property
     def cfg(self) -> RunConfig:
@@ -484,7 +418,13 @@ class ServerSide:
         self.client_rows = {int(c): bytes(b) for c, b in split["clients"].items()}
         self.meta_lists = {k: list(v) for k, v in split["meta_lists"].items()}
         self.client_backend = split["client_backend"]
-        forget(self.sim, slice(None), state=False)
+        self._forget()
+
+    def _forget(self) -> None:
+        """NaN in every client's model and buffers: between its rounds the server holds none (module docstring)."""
+        for v in (*self.sim.local_params.values(), *self.sim.local_buffers.values()):
+            if v.is_floating_point():
+                v.fill_(math.nan)
 
     def downloads(self) -> dict[str, torch.Tensor]:
         """G's parameters a client receives (the method's ``downloads()``: FedRep's body), on the CPU."""
@@ -495,12 +435,11 @@ class ServerSide:
         evaluated or trained), and the snapshot clients."""
         start = self._start = rounds.begin(self.sim, t)
         sel, work, init_all = start.sel_mask, start.work, self.sim.algo.initialise_all
-        chosen = [int(c) for c in start.selected.cpu().tolist()]
         out = []
         for c in range(self.num_clients):
             init = bool(init_all or sel[c])
             if init or start.evaluated or sel[c] or c in start.snapshot:
-                out.append(Order(t, c, chosen, init=init, evaluate=start.evaluated, train=bool(sel[c]),
+                out.append(Order(t, c, init=init, evaluate=start.evaluated, train=bool(sel[c]),
                                  limit=work.limits.get(c), dropped=bool(work.dropped[c]), snapshot=c in start.snapshot))
         self._orders = {o.client: o for o in out}
         return out
@@ -534,7 +473,7 @@ class ServerSide:
             row = rounds.finish(sim, start, report, self.to_run, apart=True)
         finally:
             self._start = None
-            forget(sim, slice(None), state=False)
+            self._forget()
         self.client_rows.update({c: r.rows for c, r in by.items() if r.rows is not None})  # once the round counts
         return row
 
@@ -552,5 +491,5 @@ class ServerSide:
         return run
 
 
-__all__ = ["ClientRound", "ClientSide", "Order", "Reply", "ServerSide", "check_split", "client_backend", "forget",
-           "from_bytes", "poison", "put_state_rows", "split_methods", "split_refusal", "state_rows", "to_bytes"]
+__all__ = ["ClientSide", "Order", "Reply", "ServerSide", "check_split", "client_backend", "from_bytes", "put_state_rows",
+           "split_methods", "split_refusal", "state_rows", "to_bytes"]

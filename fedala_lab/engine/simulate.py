@@ -73,6 +73,45 @@ def bind(cfg: RunConfig, data: FederatedData | None = None, model: nn.Module | N
     return cfg
 
 
+def prepared(cfg: RunConfig, data: FederatedData | None = None,
+             model: nn.Module | None = None) -> tuple[RunConfig, torch.device, FederatedData, nn.Module]:
+    """What a run is built from: ``cfg`` bound to ``data`` and ``model`` (:func:`bind`) and checked, its device,
+    the clients' data there (default: built from ``cfg.data``) and the model's architecture and initial weights
+    (a copy of ``model``, else cfg.model's built with the run's seed)."""
+    cfg = bind(cfg, data, model).check()
+    device = resolve_device(cfg.device)
+    keep_freed_memory()  # compute/device.py: each step's tensors reuse the last step's pages
+    data = (data or FederatedData.from_config(cfg.data, device)).to(device)
+    if data.num_clients != cfg.data.num_clients:
+        raise ConfigError("num_clients", cfg.data.num_clients,
+                          f"{data.num_clients}, the number of clients in the data given")
+    if model is None:
+        if cfg.model.startswith(CUSTOM_PREFIX):
+            raise ConfigError("model", cfg.model, "a model fedala_lab can build, or pass the module: this config "
+                              "names a custom model", "simulate(cfg, model=my_module) / get_or_run(..., model=…)")
+        model = build_model(cfg.model, data.input_shape, data.num_classes,
+                            seed=rng.torch_seed(cfg.seed, 0, rng.SERVER, rng.MODEL_INIT))
+    else:
+        model = copy.deepcopy(model)
+        _check_fits(model, data)
+    model = model.to(device)
+    for p in model.parameters():
+        p.requires_grad_(False)  # the engine passes its own tensors to functional_call
+    return cfg, device, data, model
+
+
+def run_threads(cfg: RunConfig, device: torch.device) -> int | None:
+    """torch CPU threads for a run: ``cfg.threads``, else one per process on a CPU.
+
+    Why one: a training step on these models is small, and with torch's default threads every step waits for
+    all of them; when another process keeps a core busy, the thread sharing that core is descheduled and each
+    step waits for it (docs/design.md#performance). One thread per process degrades in proportion to the load
+    instead; parallelism comes from processes (sweep workers, the app's queue)."""
+    if cfg.threads is not None:
+        return cfg.threads
+    return 1 if device.type == "cpu" else None
+
+
 class Simulation(rounds.RoundState):
     """One run: the round's state of every client (a :class:`~.rounds.RoundState`), services, the round loop.
 
@@ -94,15 +133,8 @@ class Simulation(rounds.RoundState):
                  channels_last: bool | None = None, fused_linear: bool | None = None, graphs: bool = False):
         if workers is not None and not isinstance(workers, WorkerPool):
             worker_count(workers)  # refused up front, whichever backend the run picks
-        cfg = bind(cfg, data, model).check()
+        cfg, self.device, self.data, self.model = prepared(cfg, data, model)
         self.cfg = cfg
-        self.device = resolve_device(cfg.device)
-        keep_freed_memory()  # compute/device.py: each step's tensors reuse the last step's pages
-        self.data = (data or FederatedData.from_config(cfg.data, self.device)).to(self.device)
-        if self.data.num_clients != cfg.data.num_clients:
-            raise ConfigError("num_clients", cfg.data.num_clients,
-                              f"{self.data.num_clients}, the number of clients in the data given")
-        self.model = self._template(cfg, model)
         self.num_params = num_parameters(self.model)  # decides the backend
         name = resolve_backend(cfg.backend, self.device, self.num_params)
         if channels_last is None:
@@ -133,22 +165,6 @@ class Simulation(rounds.RoundState):
         self.branched_from: dict | None = None  # the stored run and round this run started from (start_from)
         self._horizon_read_before = False  # read by the part of this run a checkpoint holds
         self.state = self.algo.init_state(self.setup)  # the algorithm's, opaque
-
-    def _template(self, cfg: RunConfig, model: nn.Module | None) -> nn.Module:
-        """The model's architecture and initial weights: the given module's (a copy), else cfg.model's."""
-        if model is None:
-            if cfg.model.startswith(CUSTOM_PREFIX):
-                raise ConfigError("model", cfg.model, "a model fedala_lab can build, or pass the module: this config "
-                                  "names a custom model", "simulate(cfg, model=my_module) / get_or_run(..., model=…)")
-            model = build_model(cfg.model, self.data.input_shape, self.data.num_classes,
-                                seed=rng.torch_seed(cfg.seed, 0, rng.SERVER, rng.MODEL_INIT))
-        else:
-            model = copy.deepcopy(model)
-            _check_fits(model, self.data)
-        model = model.to(self.device)
-        for p in model.parameters():
-            p.requires_grad_(False)  # the engine passes its own tensors to functional_call
-        return model
 
     def _recorder(self) -> Recorder:
         n = self.num_clients
@@ -242,17 +258,8 @@ class Simulation(rounds.RoundState):
 
     @property
     def threads(self) -> int | None:
-        """torch CPU threads for this run: ``cfg.threads``, else one per process on a CPU.
-
-        Why one: a training step on these models is small, and with torch's default threads every step
-        waits for all of them; when another process keeps a core busy, the thread sharing that core is
-        descheduled and each step waits for it (docs/design.md#performance). One thread per process
-        degrades in proportion to the load instead; parallelism comes from processes (sweep workers, the
-        app's queue).
-        """
-        if self.cfg.threads is not None:
-            return self.cfg.threads
-        return 1 if self.device.type == "cpu" else None
+        """torch CPU threads for this run (:func:`run_threads`)."""
+        return run_threads(self.cfg, self.device)
 
     def _run(self, tqdm, progress, callback, checkpoint) -> Run:
         cfg = self.cfg

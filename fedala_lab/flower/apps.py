@@ -359,7 +359,7 @@ class FlowerServer:
     def _ask(self, grid: Grid, nodes) -> dict[str, int]:
         """The handshake ("query": which client do you serve?) to ``nodes``; {message id: node}."""
         nodes = sorted(nodes)
-        dummy = Order(0, -1, [], init=False, evaluate=False, train=False)
+        dummy = Order(0, -1, init=False, evaluate=False, train=False)
         return self._push(grid, [Message(RecordDict({ORDER: self._order(dummy)}), dst_node_id=i,
                                          message_type="query", group_id="0") for i in nodes], nodes)
 

@@ -18,14 +18,12 @@ from torch import nn
 from ..config import RunConfig
 from ..data.federated import FederatedData
 from ..engine.sides import (
-    ClientRound,
     ClientSide,
     Order,
     Reply,
     ServerSide,
     check_split,
     from_bytes,
-    poison,
     put_state_rows,
     split_refusal,
     state_rows,
@@ -59,5 +57,5 @@ def split_simulation(cfg: RunConfig, data: FederatedData | None = None, *,
     return server
 
 
-__all__ = ["ClientRound", "ClientSide", "Order", "Reply", "ServerSide", "SplitError", "check_split", "from_bytes",
-           "poison", "put_state_rows", "run_split", "split_refusal", "split_simulation", "state_rows", "to_bytes"]
+__all__ = ["ClientSide", "Order", "Reply", "ServerSide", "SplitError", "check_split", "from_bytes", "put_state_rows",
+           "run_split", "split_refusal", "split_simulation", "state_rows", "to_bytes"]
