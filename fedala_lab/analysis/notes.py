@@ -83,28 +83,36 @@ def curve_notes(runs, labels=None) -> list[str]:
 
 
 def stragglers_note(runs, labels=None) -> str:
-    """Why FedProx beats FedAvg when clients straggle (FedProx's own setting), in one sentence of the numbers of a
-    FedAvg run and a FedProx run with stragglers among ``runs`` (the first of each): how many clients straggle a
-    round, how many models FedAvg averages once it has dropped them, and both final accuracies. Empty without
-    such a pair."""
+    """Why FedProx beats FedAvg when clients straggle (FedProx's own setting), in one sentence of the numbers of the
+    FedAvg runs and the FedProx runs with stragglers among ``runs`` (several seeds: their means, said so): how many
+    clients straggle a round, how many models FedAvg averages once it has dropped them, and both final accuracies.
+    Empty without such a pair."""
     runs = list(runs)
     labels = list(labels) if labels is not None else [algo_label(r.config.algo) for r in runs]
-    pick = {}
+    pick: dict[str, list] = {}
     for run, label in zip(runs, labels, strict=True):
         if run.config.algo in ("fedavg", "fedprox") and run.config.stragglers and len(run.rounds) > 1:
-            pick.setdefault(run.config.algo, (run, label))
+            pick.setdefault(run.config.algo, []).append((run, label))
     if len(pick) < 2:
         return ""
-    (avg, avg_label), (prox, prox_label) = pick["fedavg"], pick["fedprox"]
+    (prox, prox_label), avg_label = pick["fedprox"][0], pick["fedavg"][0][1]
     cfg = prox.config
     selected = max(1, round(cfg.join_ratio * cfg.data.num_clients))
-    straggle = float(avg.rounds["stragglers"].mean())
-    kept = selected - float(avg.rounds["dropped"].mean())
-    a, p = avg.final_acc, prox.final_acc
+    straggle = _mean(float(r.rounds["stragglers"].mean()) for r, _ in pick["fedavg"])
+    kept = selected - _mean(float(r.rounds["dropped"].mean()) for r, _ in pick["fedavg"])
+    a, p = (_mean(r.final_acc for r, _ in pick[k]) for k in ("fedavg", "fedprox"))
+    n_prox, n_avg = len(pick["fedprox"]), len(pick["fedavg"])
+    seeds = ("" if n_prox == n_avg == 1 else f", mean of {n_prox} seeds" if n_prox == n_avg else
+             f", mean of {n_prox} ({prox_label}) and {n_avg} ({avg_label}) seeds")
     head = f"**Why {prox_label} wins here:**" if p > a else f"**Here {prox_label} does not beat {avg_label}:**"
     epochs = f"{cfg.local_epochs} local epoch{'s' if cfg.local_epochs != 1 else ''}"
     models = f"{kept:.0f} model" + ("" if round(kept) == 1 else "s")
     return (f"{head} each round {straggle:.0f} of the {selected} clients straggle (they finish only part of their "
             f"{epochs}); {avg_label} drops them and averages {models}, {prox_label} keeps every client's partial work "
-            f"and its proximal term (μ = {cfg.mu:g}) holds it near the global model. Final accuracy: {prox_label} "
-            f"{p:.2f} %, {avg_label} {a:.2f} %.")
+            f"and its proximal term (μ = {cfg.mu:g}) holds it near the global model. Final accuracy"
+            f"{seeds}: {prox_label} {p:.2f} %, {avg_label} {a:.2f} %.")
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)
