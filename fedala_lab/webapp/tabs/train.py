@@ -95,10 +95,11 @@ def ranking(runs, labels) -> list[str]:
 
 def verdict(runs, labels, hint: bool = True) -> str:
     """What the finished runs on screen say, over their seeds (:mod:`~fedala_lab.analysis.stats`, final pooled
-    accuracy in %): the methods best first (mean and 95 % interval over the seeds), the best against FedAvg and
-    the best federated method against *Local* (does federating pay?), each paired by seed with its interval and
-    p-value, and "could be noise" where the interval holds 0 or p ≥ 0.05; one seed has no interval and names no
-    winner. ``hint``: without Local, say how to ask whether federating pays."""
+    accuracy in %): the methods best first (mean and 95 % interval over the seeds), the best federated method but
+    FedAvg against FedAvg (Local when there is none) and the best federated method against *Local* (does
+    federating pay?), each paired by seed with its interval and p-value, and "could be noise" where the interval
+    holds 0 or p ≥ 0.05; one seed has no interval and names no winner. ``hint``: without Local, say how to ask
+    whether federating pays."""
     groups: dict[str, list] = {}
     for run, label in zip(runs, labels, strict=True):
         groups.setdefault(label, []).append(run)
@@ -117,8 +118,8 @@ def verdict(runs, labels, hint: bool = True) -> str:
     fedavg = next((lab for lab in order if algo[lab] == "fedavg"), None)
     local = next((lab for lab in order if algo[lab] == "local"), None)
     federated = [lab for lab in order if algo[lab] != "local"]
-    if fedavg is not None and len(order) > 1:
-        best = next(lab for lab in order if lab != fedavg)
+    if fedavg is not None and len(order) > 1:  # the best other federated method (Local has its own line below)
+        best = next((lab for lab in federated if lab != fedavg), local)
         said, _ = _against(frame, best, fedavg)
         text.append(f"**Against FedAvg:** {said}.")
     if local is not None and federated:
