@@ -118,7 +118,8 @@ def test_train_curves_summary_progress_and_cache(app):
     ranked = [t.get_text() for t in ticks]
     assert ranked == sorted(["FedAvg", "FedALA"], key=lambda a: -table.set_index("algorithm").loc[
         a, "final acc % (pooled)"])
-    assert "Tick *Local*" in verdict and f"{runs[1].summary()['final_acc']:.2f} %" in verdict
+    gap = runs[1].final_acc - runs[0].final_acc
+    assert "Tick *Local*" in verdict and f"FedALA − FedAvg = {gap:+.2f} points; one seed: no interval" in verdict
     # progress: every round of both runs, with its accuracy, out of the total of 10 rounds
     round_reports = [(p, d) for p, d in rec.calls if d and "round" in d and "accuracy" in d]
     assert len(round_reports) == 10
@@ -257,7 +258,7 @@ def test_train_offers_local_and_draws_each_clients_accuracy(app):
     # (tests/test_train_verdict.py checks the verdict over seeds)
     final = dict(zip(table["algorithm"], table["final acc % (pooled)"]))
     assert "Does federating pay? One seed cannot say" in verdict and "Federating pays here" not in verdict
-    assert f"Local {final['Local']:.2f} %" in verdict and "one seed: no interval" in verdict
+    assert "− Local = " in verdict and "one seed: no interval" in verdict
     per_client, spread = app.train_clients(["fedavg", "fedala", "local"], 1, **SMALL)
     ax = per_client.axes[0]
     best_first = sorted(final, key=lambda a: -final[a])  # in the verdict's order

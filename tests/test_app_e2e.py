@@ -479,7 +479,7 @@ def test_browser_moves_a_slider_runs_and_shows_the_plot(server, tmp_path):
             page.get_by_role("tab", name="Runs").click()
             listing = page.locator("#runs-table")
             expect(listing).to_contain_text(f"stopped at round {k}", timeout=30_000)
-            page.locator("#runs-text input, #runs-text textarea").first.fill("r12-")  # this test's 12-round runs
+            page.locator("#runs-text input, #runs-text textarea").first.fill("r12-s0-")  # this test's 12-round runs, seed 0
             page.locator("#runs-text input, #runs-text textarea").first.press("Enter")
             expect(listing.locator("[data-testid='cell-2-0']")).to_be_visible(timeout=30_000)  # FedAvg, FedALA, Local
             expect(listing.locator("[data-testid='cell-3-0']")).to_have_count(0)
@@ -497,7 +497,7 @@ def test_browser_moves_a_slider_runs_and_shows_the_plot(server, tmp_path):
             # the curves: the figure the page shows, drawn again here from the same store (the same runs)
             from fedala_lab.experiments.runs import stored_runs
 
-            names = [n for n in stored_runs(RunStore(server[1]))["name"] if "-r12-" in n]  # the three compared
+            names = [n for n in stored_runs(RunStore(server[1]))["name"] if "-r12-s0-" in n]  # the three compared
             assert len(names) == 3
             _legend_clear(_runs_figure(server[1], names))
 
@@ -944,6 +944,7 @@ def test_browser_many_methods_and_what_the_page_reads(server, client, projector)
     # the progress line: rounds and the time spent, never "spent/expected s" from earlier jobs' mean
     _set(page, "rounds", 3)
     _set(page, "seed", 31)
+    _set(page, "train-seeds", 1)  # the progress line is the point here: a run a method
     page.locator("#scenario").get_by_text("when federating pays").click()  # a scenario ticks its few methods
     expect(page.locator("#beta input")).to_have_value("0.5", timeout=15_000)
     page.locator("#scenario").get_by_text("the lecture's default").click()

@@ -69,8 +69,9 @@ def train(app, algos, seeds, settings, job):
     cached = got.cached + [False] * (len(runs) - len(got.runs))
     finished = [run_label(r) for r in got.runs]
     why = stragglers_note(got.runs, finished)  # FedProx's setting: why FedProx wins
-    found = verdict(got.runs, finished, hint=not why) + (f"\n\n{why}" if why else "")
-    return (acc.figure_, found, loss.figure_, ranked.figure_, "\n\n".join(curve_notes(one_runs, one_labels)),
+    found, more = verdict(got.runs, finished, hint=not why)
+    found += f"\n\n{why}" if why else ""
+    return (acc.figure_, found, loss.figure_, ranked.figure_, "\n\n".join([*more, *curve_notes(one_runs, one_labels)]),
             _summary(app, runs, cached), finished_status(got, time.perf_counter() - tic) + merged)
 
 
@@ -81,7 +82,10 @@ DEFAULT_SEEDS = 3  # the seeds slider's start: a verdict needs an interval, and 
 
 
 def _seeds(cfgs) -> str:
-    n = len({c.seed for c in cfgs})
+    return _count(len({c.seed for c in cfgs}))
+
+
+def _count(n: int) -> str:
     return "one seed" if n == 1 else f"{n} seeds"
 
 
@@ -93,58 +97,57 @@ def ranking(runs, labels) -> list[str]:
     return list(RankedAccuracyDisplay(ranked_frame(runs, labels)).ranking_["label"])
 
 
-def verdict(runs, labels, hint: bool = True) -> str:
+def verdict(runs, labels, hint: bool = True) -> tuple[str, list[str]]:
     """What the finished runs on screen say, over their seeds (:mod:`~fedala_lab.analysis.stats`, final pooled
-    accuracy in %): the methods best first (mean and 95 % interval over the seeds), the best federated method but
-    FedAvg against FedAvg (Local when there is none) and the best federated method against *Local* (does
-    federating pay?), each paired by seed with its interval and p-value, and "could be noise" where the interval
-    holds 0 or p ≥ 0.05; one seed has no interval and names no winner. ``hint``: without Local, say how to ask
-    whether federating pays."""
+    accuracy in %), short enough to stand above the curves: the best federated method but FedAvg against FedAvg
+    (Local when there is none) and the best federated method against *Local* (does federating pay?), each paired
+    by seed with its interval and p-value, and "could be noise" where the interval holds 0 or p ≥ 0.05; one seed
+    has no interval and names no winner. Without FedAvg and Local: the best three with their intervals. Without
+    Local and with ``hint``: how to ask whether federating pays. Also the lines for below the plots: the
+    per-client gains against Local, and what one seed cannot tell."""
     groups: dict[str, list] = {}
     for run, label in zip(runs, labels, strict=True):
         groups.setdefault(label, []).append(run)
     if not groups:
-        return ""
+        return "", []
     frame = stats.groups_frame(groups)
     algo = {label: rs[0].config.algo for label, rs in groups.items()}
     order = ranking(runs, labels)
-    own = stats.seed_stats(frame, against=None, metrics=["final"]).set_index("label")
-    n = int(own["n"].max())
-    seeds = "one seed" if n == 1 else f"{n} seeds"
-    top = ", ".join(f"{lab} {stats.format_ci(own.loc[lab, 'mean'], own.loc[lab, 'ci_lo'], own.loc[lab, 'ci_hi'])} %"
-                    for lab in order)
-    text = [f"**Final accuracy (pooled), best first, over {seeds} (mean ± 95 % interval):** {top}." if n > 1 else
-            f"**Final accuracy (pooled), one seed:** {top}."]
+    n = max(len(rs) for rs in groups.values())
     fedavg = next((lab for lab in order if algo[lab] == "fedavg"), None)
     local = next((lab for lab in order if algo[lab] == "local"), None)
     federated = [lab for lab in order if algo[lab] != "local"]
+    text, more = [], []
     if fedavg is not None and len(order) > 1:  # the best other federated method (Local has its own line below)
         best = next((lab for lab in federated if lab != fedavg), local)
         said, _ = _against(frame, best, fedavg)
         text.append(f"**Against FedAvg:** {said}.")
     if local is not None and federated:
         said, row = _against(frame, federated[0], local)
-        local_is = "*Local* (each client alone, no communication)"
         if n == 1:
             lead = "**Does federating pay? One seed cannot say:**"
         elif stats.is_noise(row):
-            lead = f"**Does federating pay? Not measurably here:** the best federated method and {local_is} are " \
-                   "within the seeds' noise:"
+            lead = "**Does federating pay? Not measurably here** (against *Local*, each client alone):"
         elif row["diff_mean"] > 0:
-            lead = f"**Federating pays here:** the best federated method beats {local_is}:"
+            lead = "**Federating pays here** (against *Local*, each client alone):"
         else:
-            lead = f"**Here federating does not pay:** {local_is} is ahead of the best federated method:"
+            lead = "**Here federating does not pay:** *Local* (each client alone) is ahead:"
         text.append(f"{lead} {said}.")
         gains = stats.gain_table(frame, against=local)
         gains = gains[gains["label"] == federated[0]]
         if len(gains):
-            text.append(stats.gain_words(gains.iloc[0], federated[0], local, digits=2) + ".")
-    elif hint:
+            more.append(stats.gain_words(gains.iloc[0], federated[0], local, digits=2) + ".")
+    if not text:
+        own = stats.seed_stats(frame, against=None, metrics=["final"]).set_index("label")
+        top = ", ".join(f"{lab} {stats.format_ci(*own.loc[lab, ['mean', 'ci_lo', 'ci_hi']])} %" for lab in order[:3])
+        text.append(f"**Final accuracy (pooled), {'best first, ' if n > 1 else ''}over {_count(n)}"
+                    + (" (mean ± 95 % interval)" if n > 1 else "") + f":** {top}.")
+    if hint and local is None:
         text.append("Tick *Local* (each client alone, no communication) to ask whether federating pays at all.")
     if n == 1:
-        text.append(f"One seed each: no interval, so no winner is named. Set seeds to {DEFAULT_SEEDS} to see how "
-                    "much a run moves from seed to seed.")
-    return "\n\n".join(text)
+        more.append(f"One seed each: no interval, so no winner is named. Set seeds to {DEFAULT_SEEDS} to see how much "
+                    "a run moves from seed to seed.")
+    return "\n\n".join(text), more
 
 
 def _against(frame, label: str, reference: str) -> tuple[str, object]:
@@ -259,9 +262,10 @@ def build(app, settings) -> Panel:
             algos = Dropdown(TRAIN_ALGOS, value=SCENARIOS["teach"][2], multiselect=True, label="algorithms",
                              elem_id="algos", field="algos")
             gr.Markdown(TRAIN_ALGOS_INFO, elem_id="algos-info", elem_classes=["note"])
+            run, stop, status = run_stop("train")
+            # under Run: with it above, Run would leave a 1280×800 screen
             seeds = whole_slider(1, MAX_SEEDS, DEFAULT_SEEDS, "seeds (from the seed setting on)",
                                  "train-seeds", field="seeds")
-            run, stop, status = run_stop("train")
         with gr.Column(scale=7, min_width=480):
             found = gr.Markdown(elem_id="train-verdict", elem_classes=["note"])
             with gr.Row():  # one click from the default's answer to the scenarios that make the lecture's points
