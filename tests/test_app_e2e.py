@@ -532,7 +532,7 @@ def _runs_figure(store, names):
     """The Runs tab's comparison figure of ``names``, as the server draws it (same handler, same store)."""
     from fedala_lab.webapp import ui
 
-    _, _, fig, _, _ = ui.LectureApp(store).runs(names)
+    _, _, fig, *_ = ui.LectureApp(store).runs(names)
     return fig
 
 

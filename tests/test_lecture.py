@@ -233,7 +233,7 @@ def test_runs_comparison_legend_stays_clear_of_the_axes(tmp_path):
     for algo in ("local", "fedala"):
         get_or_run(ui.make_config(algo=algo, **{**APP_SMALL, "rounds": 3}), app.store, progress=False)
     listed, *_ = app.runs("")
-    _, _, fig, _, _ = app.runs(list(listed["name"]))
+    _, _, fig, *_ = app.runs(list(listed["name"]))
     fig.draw_without_rendering()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
