@@ -263,11 +263,11 @@ def build(app, settings) -> Panel:
                              elem_id="scenario", field="scenario")
             algos = Dropdown(TRAIN_ALGOS, value=SCENARIOS["teach"][2], multiselect=True, label="algorithms",
                              elem_id="algos", field="algos")
-            gr.Markdown(TRAIN_ALGOS_INFO, elem_id="algos-info", elem_classes=["note"])
-            run, stop, status = run_stop("train")
-            # under Run: with it above, Run would leave a 1280×800 screen
             seeds = whole_slider(1, MAX_SEEDS, DEFAULT_SEEDS, "seeds (from the seed setting on)",
                                  "train-seeds", field="seeds")
+            run, stop, status = run_stop("train")
+            # under Run (and its status line): above it, Run would leave a 1280×800 screen with every method ticked
+            gr.Markdown(TRAIN_ALGOS_INFO, elem_id="algos-info", elem_classes=["note"])
         with gr.Column(scale=7, min_width=480):
             found = gr.Markdown(elem_id="train-verdict", elem_classes=["note"])
             with gr.Row():  # one click from the default's answer to the scenarios that make the lecture's points
