@@ -7,7 +7,9 @@
    and waits for ``/gradio_api/info``.
 2. The default Train & compare click through gradio_client, exactly what the page sends: the algorithms the
    page ticks by default (FedAvg, FedALA and Local) on the teach settings (the embedded MNIST subset, 20
-   clients, Dir(0.1), MLP, lr 0.1, 50 rounds). Timed: the first click of the fresh server; ``--repeats`` more
+   clients, Dir(0.1), MLP, lr 0.1, 50 rounds), over ``--seeds`` seeds (the tab's seeds slider: the page's
+   default is 3, a run per method and seed; the benchmark's default 1 keeps it comparable with its earlier
+   sections). Timed: the first click of the fresh server; ``--repeats`` more
    after deleting the stored runs (so they are computed again, in a warm process); one more with the runs in
    the store (cached).
 3. ``--users`` gradio_client sessions submit the click at the same moment, user i with seed i (so every
@@ -47,6 +49,11 @@ for k, v in _OFFLINE.items():
     os.environ.setdefault(k, v)
 
 DEFAULT_ALGOS = ["fedavg", "fedala", "local"]  # the page's default ticks (webapp/settings.py, SCENARIOS["teach"])
+
+
+def asked(algos: list[str], seed: int, seeds: int) -> list[tuple[str, int]]:
+    """(algorithm, seed) of each run a click asks for, in the summary's order: a method's seeds together."""
+    return [(a, seed + k) for a in algos for k in range(seeds)]
 
 
 def free_port() -> int:
@@ -116,13 +123,16 @@ def cpu_seconds(pid: int) -> float:
     return sum(stats[q][1] for q in tree) / os.sysconf("SC_CLK_TCK")
 
 
-def click(client, algos: list[str], settings: dict, pid: int) -> tuple[float, float, list[dict], str]:
-    """One Train & compare click: (wall seconds, server CPU seconds, summary rows, status line).
+def click(client, algos: list[str], settings: dict, pid: int, seeds: int | None = None
+          ) -> tuple[float, float, list[dict], str]:
+    """One Train & compare click: (wall seconds, server CPU seconds, summary rows, status line). ``seeds``: the
+    tab's seeds slider (None: the server's default, for servers of any version).
 
     The server's CPU seconds are what the click costs on an idle machine (a simulation uses one thread),
     whatever else is running; the wall time is what the user waited on this machine, at this load."""
     c0, t0 = cpu_seconds(pid), time.perf_counter()
-    *_, summary, status = client.predict(algos, **settings, api_name="/train")
+    *_, summary, status = client.predict(algos, **settings, **({} if seeds is None else {"seeds": seeds}),
+                                         api_name="/train")
     return time.perf_counter() - t0, cpu_seconds(pid) - c0, rows(summary), status
 
 
@@ -134,6 +144,8 @@ def main(argv=None) -> int:
     ap.add_argument("--processes", default=None, help="the app's --processes (default: the app's own default)")
     ap.add_argument("--algos", default=",".join(DEFAULT_ALGOS),
                     help=f"the algorithms ticked, comma-separated (default the page's: {','.join(DEFAULT_ALGOS)})")
+    ap.add_argument("--seeds", type=int, default=1,
+                    help="the tab's seeds slider: a run per method and seed (default 1; the page's default is 3)")
     ap.add_argument("--out", default=str(HERE / "results.md"))
     ap.add_argument("--no-append", action="store_true", help="print the section, do not append it")
     args = ap.parse_args(argv)
@@ -161,16 +173,16 @@ def main(argv=None) -> int:
     out: dict = {"startup": startup}
     try:
         client = Client(url, verbose=False)
-        first, first_cpu, first_rows, first_status = click(client, algos, settings, proc.pid)
+        first, first_cpu, first_rows, first_status = click(client, algos, settings, proc.pid, args.seeds)
         print(
             f"first click (fresh server): {first:.2f} s, {first_cpu:.2f} CPU s — {first_status}",
             file=sys.stderr,
         )
         warm, warm_cpu, r = [], [], first_rows
         for i in range(args.repeats):
-            for algo in algos:
-                shutil.rmtree(store.dir_for(make_config(algo=algo, **settings)))
-            sec, cpu, r, status = click(client, algos, settings, proc.pid)
+            for algo, seed in asked(algos, settings["seed"], args.seeds):
+                shutil.rmtree(store.dir_for(make_config(algo=algo, **{**settings, "seed": seed})))
+            sec, cpu, r, status = click(client, algos, settings, proc.pid, args.seeds)
             assert {x["source"] for x in r} == {"computed"}, r
             warm.append(sec)
             warm_cpu.append(cpu)
@@ -179,19 +191,19 @@ def main(argv=None) -> int:
                 file=sys.stderr,
             )
         out["sim_seconds"] = {x["algorithm"]: x["seconds"] for x in r}
-        cached, _, r, _ = click(client, algos, settings, proc.pid)
+        cached, _, r, _ = click(client, algos, settings, proc.pid, args.seeds)
         assert {x["source"] for x in r} == {"run store"}, r
         out["cached"] = cached
         print(f"same settings again (run store): {cached:.3f} s", file=sys.stderr)
 
-        # N users at once, user i with seed i (seed 0 is the cached default: start at 1)
-        seeds = list(range(1, args.users + 1))
+        # N users at once, user i from seed 1 + i·seeds (the default's seeds are cached: start after them)
+        seeds = [args.seeds * (i + 1) for i in range(args.users)]
         clients = [Client(url, verbose=False) for _ in seeds]
 
         def user(i):
             c, seed = clients[i], seeds[i]
             t0 = time.perf_counter()
-            job = c.submit(algos, **{**settings, "seed": seed}, api_name="/train")
+            job = c.submit(algos, **{**settings, "seed": seed}, seeds=args.seeds, api_name="/train")
             *_, summary, _ = job.result(timeout=600)
             return time.perf_counter() - t0, rows(summary)
 
@@ -210,8 +222,8 @@ def main(argv=None) -> int:
     # correctness: each answer is its own config's run, equal to an independent simulate()
     names, checked, wrong = set(), 0, []
     for seed, (_, answer) in zip(seeds, answers, strict=True):
-        for algo, row in zip(algos, answer, strict=True):
-            cfg = make_config(algo=algo, **{**settings, "seed": seed})
+        for (algo, s), row in zip(asked(algos, seed, args.seeds), answer, strict=True):
+            cfg = make_config(algo=algo, **{**settings, "seed": s})
             run = store.find(cfg)
             ref = simulate(cfg, progress=False).summary()
             ok = (
@@ -227,6 +239,7 @@ def main(argv=None) -> int:
     distinct_acc = len({tuple(x["final acc % (pooled)"] for x in a) for _, a in answers})
     shutil.rmtree(tmp, ignore_errors=True)
 
+    runs = len(algos) * args.seeds
     med = statistics.median(warm)
     lat = out["users_latency"]
     sims = out["sim_seconds"]
@@ -245,7 +258,8 @@ def main(argv=None) -> int:
         ),
         "",
         (
-            f"{', '.join(labels)} ({'the page' if algos == DEFAULT_ALGOS else 'not the page'}'s default ticks) with its defaults (the embedded MNIST subset, 20 clients, Dir(0.1), MLP, lr 0.1, "
+            f"{', '.join(labels)} ({'the page' if algos == DEFAULT_ALGOS else 'not the page'}'s default ticks), "
+            f"{args.seeds} seed(s) each (`--seeds`; the page's default is 3), with its defaults (the embedded MNIST subset, 20 clients, Dir(0.1), MLP, lr 0.1, "
             "50 rounds), through gradio_client against `python app.py` on localhost. Wall: from the request "
             "to the answer (figures and table included), at this load. Server CPU: user + system seconds "
             "the app's process and its worker processes spent on it — what the click costs whatever the load "
@@ -255,9 +269,9 @@ def main(argv=None) -> int:
         "| measurement | wall s | server CPU s |",
         "|---|---:|---:|",
         f"| server start until `/gradio_api/info` answers (warm-up included) | {startup:.1f} | {na} |",
-        f"| first click of the fresh server ({len(algos)} runs computed) | {first:.2f} | {first_cpu:.2f} |",
+        f"| first click of the fresh server ({runs} runs computed) | {first:.2f} | {first_cpu:.2f} |",
         (
-            f"| click, the {len(algos)} runs computed again: median of {len(warm)} (wall min–max "
+            f"| click, the {runs} runs computed again: median of {len(warm)} (wall min–max "
             f"{min(warm):.2f}–{max(warm):.2f}) | {med:.2f} | {cpu_med:.2f} |"
         ),
         (
@@ -266,7 +280,7 @@ def main(argv=None) -> int:
         ),
         f"| same settings again (served from the run store) | {cached:.3f} | {na} |",
         (
-            f"| {args.users} users click at once (seeds 1–{args.users}; {len(algos)} runs each): all answered | "
+            f"| {args.users} users click at once (first seeds {seeds[0]}–{seeds[-1]}; {runs} runs each): all answered | "
             f"{out['users_wall']:.2f} | {out['users_cpu']:.2f} |"
         ),
         (

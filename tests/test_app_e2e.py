@@ -111,7 +111,7 @@ def test_a_plugin_method_is_offered_and_trains_through_the_api(server, client):
     info = client.view_api(return_format="dict", print_info=False)
     algos = next(p for p in info["named_endpoints"]["/train"]["parameters"] if p["parameter_name"] == "algos")
     assert {"halfway", "halfway+ala"} <= _choices(algos), algos
-    *_, summary, status = client.predict(["halfway"], **SMALL, api_name="/train")
+    *_, summary, status = client.predict(["halfway"], 1, **SMALL, api_name="/train")
     assert _rows(summary)[0]["algorithm"] == "Halfway" and "1 run(s)" in status, status
     assert RunStore(server[1]).list()["algo"].eq("halfway").any()
 
@@ -164,7 +164,7 @@ def test_partition_and_train_through_the_api(server, client):
     ok = served(make_config(**{k: SMALL[k] for k in ("dataset", "partition", "beta", "classes_per_client")}).data)
     assert (clients["value"], clients["minimum"], clients["maximum"]) == (10, ok.lo, ok.hi)  # the slider's range
 
-    acc, verdict, loss, ranked, _, summary, status = client.predict(["fedavg", "fedala"], **SMALL, api_name="/train")
+    acc, verdict, loss, ranked, _, summary, status = client.predict(["fedavg", "fedala"], 1, **SMALL, api_name="/train")
     assert all(f["plot"].startswith("data:image/") for f in (acc, loss, ranked)) and "FedALA" in verdict
     rows = {r["algorithm"]: r for r in _rows(summary)}
     assert set(rows) == {"FedAvg", "FedALA"}
@@ -177,7 +177,7 @@ def test_partition_and_train_through_the_api(server, client):
     assert "2 run(s)" in status
 
     # the same settings again: served from the run store
-    *_, summary2, status2 = client.predict(["fedavg", "fedala"], **SMALL, api_name="/train")
+    *_, summary2, status2 = client.predict(["fedavg", "fedala"], 1, **SMALL, api_name="/train")
     assert {r["source"] for r in _rows(summary2)} == {"run store"}
     assert "2 served from the run store" in status2
 
@@ -203,9 +203,9 @@ def test_bad_inputs_show_the_library_message_and_the_app_stays_usable(server, cl
     from gradio_client.exceptions import AppError
 
     with pytest.raises(AppError, match=r"beta=0\.0 is not allowed"):
-        client.predict(**{**SMALL, "beta": 0.0}, algos=["fedala"], api_name="/train")
+        client.predict(**{**SMALL, "beta": 0.0}, algos=["fedala"], seeds=1, api_name="/train")
     with pytest.raises(AppError, match=r"p=4 is not allowed"):  # the MLP has 3 blocks
-        client.predict(["fedala"], **{**SMALL, "p": 4}, api_name="/train")
+        client.predict(["fedala"], 1, **{**SMALL, "p": 4}, api_name="/train")
     with pytest.raises(AppError, match="not a run name|no finished run"):
         client.predict("../../etc", api_name="/runs")
     _, table, *_ = client.predict(api_name="/partition")  # still answering
@@ -239,7 +239,7 @@ def test_raw_http_bad_numbers_get_a_message_and_no_traceback(server):
                                   ("batch_size", 0, r"batch_size=0 is not allowed: a whole number from 1 to 64"),
                                   ("seed", 1.5, r"seed=1\.5 is not allowed")]:
         values = {**SMALL, field: value}
-        event, data = _raw_call(url, "train", [["fedavg"], *[values[k] for k in DATA_FIELDS + TRAIN_FIELDS]])
+        event, data = _raw_call(url, "train", [["fedavg"], 1, *[values[k] for k in DATA_FIELDS + TRAIN_FIELDS]])
         assert event == "error", (field, value, data)
         assert re.search(pattern, json.loads(data)["error"]), data
     deadline = time.monotonic() + 30  # the log is written by another process: wait for its five lines
@@ -261,7 +261,7 @@ def test_concurrent_users_get_their_own_results(server):
 
     def one(seed):
         c = Client(server[0], verbose=False)
-        *_, summary, _ = c.predict(["fedala"], **{**SMALL, "seed": seed, "rounds": 6}, api_name="/train")
+        *_, summary, _ = c.predict(["fedala"], 1, **{**SMALL, "seed": seed, "rounds": 6}, api_name="/train")
         return _rows(summary)[0]
 
     with ThreadPoolExecutor(len(seeds)) as pool:
@@ -285,7 +285,7 @@ def test_stop_endpoint_stops_the_sessions_run(server):
 
     c = Client(server[0], verbose=False)
     cfg = {**SMALL, "rounds": 300, "num_clients": 20, "seed": 21}
-    job = c.submit(["fedavg"], **cfg, api_name="/train")
+    job = c.submit(["fedavg"], 1, **cfg, api_name="/train")
     deadline = time.monotonic() + 60
     while not job.status().progress_data:  # wait until rounds are being reported
         assert time.monotonic() < deadline and not job.done(), "the run never reported progress"
@@ -317,7 +317,7 @@ def test_api_refuses_what_the_page_would_not_send(server):
 
     def train(**changes):
         values = {**SMALL, **changes}
-        return _raw_error(url, "train", [["fedavg"], *[values[k] for k in DATA_FIELDS + TRAIN_FIELDS]])
+        return _raw_error(url, "train", [["fedavg"], 1, *[values[k] for k in DATA_FIELDS + TRAIN_FIELDS]])
 
     assert re.search(rf"seed=18446744073709551616 is not allowed: a whole number from 0 to {SEED_MAX}",
                      train(seed=2**64))
@@ -403,8 +403,11 @@ def test_browser_moves_a_slider_runs_and_shows_the_plot(server, tmp_path):
             )
             expect(page.locator("#train-summary")).to_contain_text("FedALA", timeout=30_000)
             expect(page.locator("#train-summary")).to_contain_text("Local")  # ticked by default
-            # the verdict on federating, beside the curves, in the numbers of these runs
-            expect(page.locator("#train-verdict")).to_contain_text(re.compile("federating (does not pay|pays)"))
+            # the verdict on federating, beside the curves, over the default 3 seeds, in the numbers of these runs
+            verdict = page.locator("#train-verdict")
+            expect(verdict).to_contain_text(re.compile(r"Federating pays here|federating does not pay|"
+                                                       r"Does federating pay\? Not measurably here"))
+            expect(verdict).to_contain_text(re.compile(r"− FedAvg = [+-]\d+\.\d\d points.* over 3 seeds"))
             expect(page.locator("#train-status")).to_contain_text("run(s)")
             # the per-client plots of these runs, drawn after the curves
             page.wait_for_function(
@@ -423,6 +426,7 @@ def test_browser_moves_a_slider_runs_and_shows_the_plot(server, tmp_path):
             # what it did: the partial curve and its row (never a blank page)
             slider.fill("300")
             expect(page.locator("#rounds input[type='number']")).to_have_value("300")
+            _set(page, "train-seeds", 1)  # one run a method: the status names the one Stop interrupted
             before = _img_src(page, "#train-acc-plot")
             clients_before = _img_src(page, "#train-clients-plot")
             spread_before = _img_src(page, "#train-spread-plot")
@@ -475,7 +479,7 @@ def test_browser_moves_a_slider_runs_and_shows_the_plot(server, tmp_path):
             page.get_by_role("tab", name="Runs").click()
             listing = page.locator("#runs-table")
             expect(listing).to_contain_text(f"stopped at round {k}", timeout=30_000)
-            page.locator("#runs-text input, #runs-text textarea").first.fill("r12-")  # this test's 12-round runs
+            page.locator("#runs-text input, #runs-text textarea").first.fill("r12-s0-")  # this test's 12-round runs, seed 0
             page.locator("#runs-text input, #runs-text textarea").first.press("Enter")
             expect(listing.locator("[data-testid='cell-2-0']")).to_be_visible(timeout=30_000)  # FedAvg, FedALA, Local
             expect(listing.locator("[data-testid='cell-3-0']")).to_have_count(0)
@@ -493,7 +497,7 @@ def test_browser_moves_a_slider_runs_and_shows_the_plot(server, tmp_path):
             # the curves: the figure the page shows, drawn again here from the same store (the same runs)
             from fedala_lab.experiments.runs import stored_runs
 
-            names = [n for n in stored_runs(RunStore(server[1]))["name"] if "-r12-" in n]  # the three compared
+            names = [n for n in stored_runs(RunStore(server[1]))["name"] if "-r12-s0-" in n]  # the three compared
             assert len(names) == 3
             _legend_clear(_runs_figure(server[1], names))
 
@@ -528,7 +532,7 @@ def _runs_figure(store, names):
     """The Runs tab's comparison figure of ``names``, as the server draws it (same handler, same store)."""
     from fedala_lab.webapp import ui
 
-    _, _, fig, _, _ = ui.LectureApp(store).runs(names)
+    _, _, fig, *_ = ui.LectureApp(store).runs(names)
     return fig
 
 
@@ -619,8 +623,8 @@ def test_browser_every_tabs_run_and_main_figure_fit_1280x800(server, projector):
             _set(page, "traj-before", 2)
         if prefix == "lama":
             _set(page, "lama-rounds", 6)
-        if prefix == "abl":
-            _set(page, "abl-seeds", 1)
+        if prefix in ("abl", "train"):  # one seed: the layout is the point here
+            _set(page, f"{prefix}-seeds", 1)
         _in_view(page, f"#{prefix}-run")
         page.locator(f"#{prefix}-run").click()
         _loaded(page, figure)
@@ -651,7 +655,7 @@ def test_browser_every_tabs_run_and_main_figure_fit_1280x800(server, projector):
 
 
 # what each tab's Run sent in the test above (the FedProx scenario, 5 rounds): its own inputs, by handler
-SENT = {"ladder": {"seeds": 3}, "train": {"algos": ["fedavg", "fedprox"]}, "ala": {"client": 0, "round_": 5},
+SENT = {"ladder": {"seeds": 3}, "train": {"algos": ["fedavg", "fedprox"], "seeds": 1}, "ala": {"client": 0, "round_": 5},
         "trajectory": {"client": 7, "K": 3, "before": 2, "grid": 21, "setting": "paper"},
         "ablation": {"param": "s", "values": "5,20,50,80,100", "seeds": 1},
         "fedlama": {"tau0": 5, "phi": 2, "with_ala": False, "rule": "authors", "lama_rounds": 6}}
@@ -728,8 +732,8 @@ def test_browser_stop_ends_with_what_was_kept_on_every_tab(server, projector):
         page.get_by_role("tab", name=tab).click()
         if prefix == "lama":
             _set(page, "lama-rounds", 400)
-        if prefix == "abl":
-            _set(page, "abl-seeds", 1)
+        if prefix in ("abl", "train"):  # one seed: the layout is the point here
+            _set(page, f"{prefix}-seeds", 1)
         status = page.locator(f"#{prefix}-status")
         before = _newest_checkpoint(store)
         page.locator(f"#{prefix}-run").click()
@@ -940,6 +944,7 @@ def test_browser_many_methods_and_what_the_page_reads(server, client, projector)
     # the progress line: rounds and the time spent, never "spent/expected s" from earlier jobs' mean
     _set(page, "rounds", 3)
     _set(page, "seed", 31)
+    _set(page, "train-seeds", 1)  # the progress line is the point here: a run a method
     page.locator("#scenario").get_by_text("when federating pays").click()  # a scenario ticks its few methods
     expect(page.locator("#beta input")).to_have_value("0.5", timeout=15_000)
     page.locator("#scenario").get_by_text("the lecture's default").click()
@@ -964,7 +969,7 @@ def test_browser_many_methods_and_what_the_page_reads(server, client, projector)
     # one computation, one run: FedAvg+ALA is FedALA (through the API, on the small settings)
     from fedala_lab.record.store import RunStore
 
-    *_, summary, said = client.predict(["fedala", "fedavg+ala"], **{**SMALL, "seed": 41}, api_name="/train")
+    *_, summary, said = client.predict(["fedala", "fedavg+ala"], 1, **{**SMALL, "seed": 41}, api_name="/train")
     assert [r["algorithm"] for r in _rows(summary)] == ["FedALA"] and said.startswith("1 run(s) in")
     assert "Computed once: FedAvg+ALA is FedALA" in said
     listed = RunStore(server[1]).list()

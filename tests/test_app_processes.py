@@ -40,8 +40,8 @@ def same_run(a, b) -> None:
 def test_a_click_side_by_side_equals_the_click_in_one_process(apps):
     side, alone = apps
     rec = Progress()
-    *_, table, status = side.train(ALGOS, **APP_SMALL, progress=rec)
-    *_, table1, status1 = alone.train(ALGOS, **APP_SMALL, progress=Progress())
+    *_, table, status = side.train(ALGOS, 1, **APP_SMALL, progress=rec)
+    *_, table1, status1 = alone.train(ALGOS, 1, **APP_SMALL, progress=Progress())
     assert status.startswith("3 run(s) in") and status1.startswith("3 run(s) in")
     assert set(table["source"]) == {"computed"}
     for a in ALGOS:
@@ -55,7 +55,7 @@ def test_a_click_side_by_side_equals_the_click_in_one_process(apps):
     for name in ("FedAvg (1/3): round 5/5", "FedALA (2/3): round 5/5", "Local (3/3): round 5/5"):
         assert name in last
     # asked again: all from the store, nothing computed
-    *_, table2, status2 = side.train(ALGOS, **APP_SMALL, progress=Progress())
+    *_, table2, status2 = side.train(ALGOS, 1, **APP_SMALL, progress=Progress())
     assert set(table2["source"]) == {"run store"} and "(3 served from the run store: " in status2
 
 
@@ -70,7 +70,7 @@ def test_stop_side_by_side_keeps_checkpoints_and_run_again_resumes(apps):
             answers.append(threading.Thread(target=lambda: answers.append(side.stop(request))))
             answers[0].start()
 
-    *_, table, status = side.train(["fedavg", "fedala"], **settings, request=request,
+    *_, table, status = side.train(["fedavg", "fedala"], 1, **settings, request=request,
                                    progress=Progress(stop_at_once))
     answers[0].join(timeout=60)
     # both ran at once and both stopped: the line names each, the page shows both runs' rounds so far
@@ -82,11 +82,11 @@ def test_stop_side_by_side_keeps_checkpoints_and_run_again_resumes(apps):
     assert answers[1] == status  # Stop answers with the job's own line
     # Run again resumes both from their checkpoints: the same runs as computed without a stop
     rec = Progress()
-    *_, status2 = side.train(["fedavg", "fedala"], **settings, progress=rec)
+    *_, status2 = side.train(["fedavg", "fedala"], 1, **settings, progress=rec)
     assert status2.startswith("2 run(s) in")
     firsts = [d for _, d in rec.calls if d and "FedAvg (1/2): round" in d]
     assert firsts and not firsts[0].startswith("FedAvg (1/2): round 1/")  # resumed, not from round 1
-    alone.train(["fedavg", "fedala"], **settings, progress=Progress())
+    alone.train(["fedavg", "fedala"], 1, **settings, progress=Progress())
     for a in ("fedavg", "fedala"):
         cfg = ui.make_config(algo=a, **settings)
         same_run(side.store.find(cfg), alone.store.find(cfg))
@@ -100,11 +100,11 @@ def test_one_run_or_stored_runs_stay_in_the_apps_process(apps, monkeypatch):
 
     monkeypatch.setattr(side.pool, "compute", refuse)
     rec = Progress()
-    *_, status = side.train(["fedprox"], **{**APP_SMALL, "seed": 9}, progress=rec)
+    *_, status = side.train(["fedprox"], 1, **{**APP_SMALL, "seed": 9}, progress=rec)
     assert status.startswith("1 run(s) in")
     assert any("FedProx: round 5/5 · accuracy" in (d or "") for _, d in rec.calls)
     # one run left to compute, the other stored: in this process too
-    *_, status = side.train(["fedprox", "fedavg"], **{**APP_SMALL, "seed": 9}, progress=Progress())
+    *_, status = side.train(["fedprox", "fedavg"], 1, **{**APP_SMALL, "seed": 9}, progress=Progress())
     assert status.startswith("2 run(s) in") and "(1 served from the run store: " in status
 
 

@@ -665,7 +665,7 @@ def test_app_train_refuses_a_config_where_no_client_can_train(tmp_path):
     app = ui.LectureApp(tmp_path / "store")
     bad = {**APP_SMALL, "partition": "iid", "num_clients": 100, "batch_size": 64}
     with pytest.raises(gr.Error, match=r"batch_size=64 is not allowed: at most \d+, the largest client"):
-        app.train(["fedavg"], **bad, progress=lambda *a, **k: None)
+        app.train(["fedavg"], 1, **bad, progress=lambda *a, **k: None)
 
 
 def test_every_error_the_library_raises_on_purpose_is_a_fedala_error():
@@ -690,7 +690,7 @@ def test_app_shows_a_diverged_run_as_an_error_every_time(tmp_path):
     app = ui.LectureApp(tmp_path / "store")
     for _ in range(2):  # the second time from the store: still an error, never a table of NaN
         with pytest.raises(gr.Error, match=r"training diverged in round 1.*lr=1e\+06 is most likely too large"):
-            app.train(["fedavg"], **{**APP_SMALL, "lr": 1e6}, progress=lambda *a, **k: None)
+            app.train(["fedavg"], 1, **{**APP_SMALL, "lr": 1e6}, progress=lambda *a, **k: None)
 
 
 def test_the_widgets_write_no_stub_files():
@@ -853,7 +853,7 @@ def test_runs_tab_text_filter_with_a_diverged_run(tmp_path):
 
     app = ui.LectureApp(tmp_path / "store")
     with pytest.raises(gr.Error, match="training diverged"):
-        app.train(["fedavg"], **{**APP_SMALL, "lr": 1e6, "rounds": 1}, progress=lambda *a, **k: None)
+        app.train(["fedavg"], 1, **{**APP_SMALL, "lr": 1e6, "rounds": 1}, progress=lambda *a, **k: None)
     listed, *_ = app.runs("", text="diverged")
     assert list(listed["status"]) == ["diverged"] and listed["best acc %"].isna().all()
     assert app.runs("", text="no such text")[0].empty

@@ -438,7 +438,7 @@ def test_the_app_shows_a_plugin_hook_error_as_a_message(raising, tmp_path):
 
     app = ui.LectureApp(tmp_path / "store")
     with pytest.raises(gr.Error, match=r"Raiseaggregate's aggregate hook raised ValueError: my bug in aggregate") as e:
-        app.train(["surf-raise-aggregate"], **{**APP_SMALL, "rounds": 1}, progress=lambda *a, **k: None)
+        app.train(["surf-raise-aggregate"], 1, **{**APP_SMALL, "rounds": 1}, progress=lambda *a, **k: None)
     assert "internal error" not in str(e.value)
 
 
@@ -488,7 +488,7 @@ def test_the_app_refuses_lr_beyond_float32(tmp_path):
 
     app = ui.LectureApp(tmp_path / "store")
     with pytest.raises(gr.Error, match=r"lr=1e\+308 is not allowed"):
-        app.train(["fedavg"], **{**APP_SMALL, "lr": 1e308, "rounds": 1}, progress=lambda *a, **k: None)
+        app.train(["fedavg"], 1, **{**APP_SMALL, "lr": 1e308, "rounds": 1}, progress=lambda *a, **k: None)
 
 
 def test_an_empty_host_is_refused_whatever_gradio_server_name_says(monkeypatch, tmp_path, capsys):

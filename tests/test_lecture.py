@@ -49,6 +49,12 @@ def test_prepare_computes_every_tabs_defaults_once_then_each_default_click_is_se
     assert {s.tab for s in steps} == {"Data", "Heterogeneity", "Train & compare", "ALA inside", "Trajectory",
                                       "Ablation", "FedLAMA"}
     assert {"train-collab", "train-fedprox", "ablation-s", "ablation-p"} <= {s.key for s in steps}
+    # Train & compare's default click, and each scenario's, is over the seeds slider's default (and draws its clients)
+    from fedala_lab.webapp.tabs.train import DEFAULT_SEEDS
+
+    train = [s for s in steps if s.tab == "Train & compare"]
+    assert len(train) == 3 and all(s.own["seeds"] == DEFAULT_SEEDS > 1 for s in train)
+    assert all(s.handlers == ("train", "train_clients") for s in train)
     assert done.computed == len(app.store.list()) > 0 and set(done.statuses) == {s.key for s in steps}
     assert "every default click" in done.summary().lower() or "Every default click" in done.summary()
     assert f"{done.computed} run(s) computed" in done.summary()
@@ -157,7 +163,7 @@ def gr_rgba(c):
 def test_a_method_set_computes_each_distinct_run_once(tmp_path):
     app = ui.LectureApp(tmp_path / "store")
     settings = {**APP_SMALL, "rounds": 3}
-    acc, *_, summary, status = app.train(["fedavg", "fedala", "fedavg+ala", "fedavg"], **settings)
+    acc, *_, summary, status = app.train(["fedavg", "fedala", "fedavg+ala", "fedavg"], 1, **settings)
     assert list(summary["algorithm"]) == ["FedAvg", "FedALA"] and status.startswith("2 run(s) in")
     assert "Computed once: FedAvg+ALA is FedALA, FedAvg (the same run)." in status
     assert sorted(app.store.list()["algo"]) == ["fedala", "fedavg"]  # FedAvg+ALA is FedALA's run, stored once
@@ -171,8 +177,8 @@ def test_many_methods_get_a_bounded_palette_in_every_figure(tmp_path):
     app = ui.LectureApp(tmp_path / "store")
     settings = {**APP_SMALL, "rounds": 2}
     algos = ["fedavg", "local", "fedala", "fedprox", "ditto", "fedrep", "partialfed", "fedamp"]
-    _, _, _, ranked, *_ = app.train(algos, **settings)
-    per_client, spread = app.train_clients(algos, **settings)
+    _, _, _, ranked, *_ = app.train(algos, 1, **settings)
+    per_client, spread = app.train_clients(algos, 1, **settings)
     from matplotlib.colors import to_hex
 
     grey = to_hex(OTHERS)
@@ -195,7 +201,7 @@ def test_fedprox_scenario_says_why_fedprox_wins_in_its_runs_numbers(tmp_path):
     app = ui.LectureApp(tmp_path / "store")
     values, algos = scenario_values("fedprox")
     settings = {**APP_SMALL, **dict(zip(SCENARIO_FIELDS, values)), "rounds": 6}
-    _, verdict, *_, summary, _ = app.train(algos, **settings)
+    _, verdict, *_, summary, _ = app.train(algos, 1, **settings)
     final = summary.set_index("algorithm")["final acc % (pooled)"]
     runs = {a: app.store.find(ui.make_config(algo=a, **settings)) for a in algos}
     kept = 10 - runs["fedavg"].rounds["dropped"].mean()

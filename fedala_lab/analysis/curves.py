@@ -164,6 +164,19 @@ def client_accuracy(runs: Iterable, labels=None) -> pd.DataFrame:
         columns=["label", "algo", "client", "round", "acc"])
 
 
+def seed_client_accuracy(runs: Iterable, labels=None) -> pd.DataFrame:
+    """:func:`client_accuracy` of runs that share a label (one method over seeds, on the same data: the run seed
+    leaves the partition as it is), each client's accuracy (%) averaged over them: tidy label, algo, client, acc
+    and seeds (how many runs the mean is over)."""
+    runs = list(runs)
+    labels = list(labels) if labels is not None else [run_label(r, None, i) for i, r in enumerate(runs)]
+    parts = [client_accuracy([r], [lab]) for r, lab in zip(runs, labels, strict=True)]
+    if not parts:
+        return pd.DataFrame(columns=["label", "algo", "client", "acc", "seeds"])
+    return (pd.concat(parts, ignore_index=True).groupby(["label", "algo", "client"], sort=False, as_index=False)
+            .agg(acc=("acc", "mean"), seeds=("acc", "size")))
+
+
 def switch_curves(fedavg_run, fedala_run, client: int, K: int, labels=("FedAvg", "FedALA")) -> pd.DataFrame:
     """The Fig. 4 protocol's accuracy per round (tidy label, algo, round, value in %): the pooled accuracy and
     ``client``'s own, of FedAvg and of FedALA with ALA on after round ``K``. The two runs are one run through

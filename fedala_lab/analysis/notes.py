@@ -28,30 +28,40 @@ def curve_notes(runs, labels=None) -> list[str]:
 
 def stragglers_note(runs, labels=None) -> str:
     """Why a method that keeps stragglers' partial work (FedProx) beats the reference method (FedAvg) that drops
-    them, in one sentence of the numbers of such a pair of runs with stragglers among ``runs`` (the first of
-    each): how many clients straggle a round, how many models the reference averages once it has dropped them,
+    them, in one sentence of the numbers of such runs with stragglers among ``runs`` (several seeds: their means,
+    said so): how many clients straggle a round, how many models the reference averages once it has dropped them,
     and both final accuracies. Empty without such a pair."""
     runs = list(runs)
     labels = list(labels) if labels is not None else [algo_label(r.config.algo) for r in runs]
-    pick, reference = {}, registry.with_role("reference")
+    found: dict[str, dict[str, list]] = {}  # kind -> method -> its (run, label) pairs, the methods in order
+    reference = registry.with_role("reference")
     for run, label in zip(runs, labels, strict=True):
         algo = run.config.algorithm
         keeps = algo.keeps_stragglers and algo.base.straggler_note is not None and not algo.modifiers
         kind = "avg" if run.config.algo in reference else "prox" if keeps else None
         if kind and run.config.stragglers and len(run.rounds) > 1:
-            pick.setdefault(kind, (run, label))
-    if len(pick) < 2:
+            found.setdefault(kind, {}).setdefault(run.config.algo, []).append((run, label))
+    if len(found) < 2:
         return ""
-    (avg, avg_label), (prox, prox_label) = pick["avg"], pick["prox"]
+    pick = {kind: next(iter(by_algo.values())) for kind, by_algo in found.items()}  # the first method of each kind
+    (prox, prox_label), avg_label = pick["prox"][0], pick["avg"][0][1]
     cfg = prox.config
     selected = max(1, round(cfg.join_ratio * cfg.data.num_clients))
-    straggle = float(avg.rounds["stragglers"].mean())
-    kept = selected - float(avg.rounds["dropped"].mean())
-    a, p = avg.final_acc, prox.final_acc
+    straggle = _mean(float(r.rounds["stragglers"].mean()) for r, _ in pick["avg"])
+    kept = selected - _mean(float(r.rounds["dropped"].mean()) for r, _ in pick["avg"])
+    a, p = (_mean(r.final_acc for r, _ in pick[k]) for k in ("avg", "prox"))
+    n_prox, n_avg = len(pick["prox"]), len(pick["avg"])
+    seeds = ("" if n_prox == n_avg == 1 else f", mean of {n_prox} seeds" if n_prox == n_avg else
+             f", mean of {n_prox} ({prox_label}) and {n_avg} ({avg_label}) seeds")
     head = f"**Why {prox_label} wins here:**" if p > a else f"**Here {prox_label} does not beat {avg_label}:**"
     epochs = f"{cfg.local_epochs} local epoch{'s' if cfg.local_epochs != 1 else ''}"
     models = f"{kept:.0f} model" + ("" if round(kept) == 1 else "s")
     return (f"{head} each round {straggle:.0f} of the {selected} clients straggle (they finish only part of their "
             f"{epochs}); {avg_label} drops them and averages {models}, {prox_label} keeps every client's partial work "
-            f"and {cfg.algorithm.base.straggler_note(cfg)}. Final accuracy: {prox_label} "
-            f"{p:.2f} %, {avg_label} {a:.2f} %.")
+            f"and {cfg.algorithm.base.straggler_note(cfg)}. Final accuracy"
+            f"{seeds}: {prox_label} {p:.2f} %, {avg_label} {a:.2f} %.")
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)

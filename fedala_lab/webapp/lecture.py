@@ -37,6 +37,7 @@ from .settings import (
 from .tabs import ablation as ablation_tab
 from .tabs import ala as ala_tab
 from .tabs import data as data_tab
+from .tabs import train as train_tab
 from .tabs import trajectory as trajectory_tab
 
 
@@ -72,7 +73,8 @@ def steps(base: dict | None = None) -> list[Step]:
         changes, algos = _scenario(name)
         key = "train" if name == "teach" else f"train-{name}"
         train.append(Step(key, "Train & compare", f"Train & compare: {SCENARIOS[name][0]}", ("train", "train_clients"),
-                          {"algos": algos}, shared | (changes if name != "teach" else {})))
+                          {"algos": algos, "seeds": train_tab.DEFAULT_SEEDS},
+                          shared | (changes if name != "teach" else {})))
     sweeps = [Step(f"ablation-{p}", "Ablation", f"Ablation of {p}", ("ablation",),
                    {"param": p, "values": v, "seeds": ablation_tab.DEFAULT["seeds"]}, shared)
               for p, v in ablation_tab.ABLATION_VALUES.items()]

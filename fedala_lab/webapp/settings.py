@@ -13,6 +13,7 @@ import gradio as gr
 
 from ..algorithms import registry
 from ..config import algo_label
+from ..errors import ConfigError
 from ..experiments.plans import paper_methods, with_ala
 from ..experiments.presets import preset
 from .widgets import Dropdown, Number, Radio, Slider, follow, whole_slider
@@ -83,6 +84,18 @@ def whole(value):
     return value
 
 
+MAX_SEEDS = 5  # the most seeds a tab's "seeds" slider offers (every seed is one more run per method)
+
+
+def seed_count(value) -> int:
+    """A tab's "seeds" value (how many seeds each run is repeated over), validated: a whole number from 1 to
+    :data:`MAX_SEEDS`, else refused naming the field."""
+    value = whole(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_SEEDS:
+        raise ConfigError("seeds", value, f"an integer from 1 to {MAX_SEEDS}")
+    return value
+
+
 def make_config(algo: str = "fedala", preset_name: str = "teach", **settings):
     """A preset (default "teach") with the widgets' values; RunConfig/DataConfig validation is the input
     check, so every bad value is refused with the library's message naming the field."""
@@ -98,8 +111,8 @@ def make_config(algo: str = "fedala", preset_name: str = "teach", **settings):
 
 # One-click scenarios on the Train & compare tab: (label, preset, algorithms ticked, changes to the preset).
 # Choosing one sets the fields of SCENARIO_FIELDS from it; everything stays editable. Local (no federation)
-# is ticked where the question "why federate at all?" is the point: the tab's verdict compares it, in the
-# numbers of the runs on screen, with the federated methods (notebook 2 does so over seeds).
+# is ticked where the question "why federate at all?" is the point: the tab's verdict compares it with the
+# best federated method, over the tab's seeds and paired by seed (analysis/stats.py).
 SCENARIOS = {
     "teach": ("the lecture's default: Dir(0.1)", "teach", ["fedavg", "fedala", "local"], {}),
     "collab": ("when federating pays: Dir(0.5)", "teach", ["fedavg", "fedala", "local"], {"beta": 0.5}),

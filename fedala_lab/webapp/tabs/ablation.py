@@ -13,7 +13,7 @@ from ...analysis import stats
 from ...errors import ConfigError
 from ...experiments.runs import get_or_run
 from ..jobs import finished_status, job
-from ..settings import make_config, whole
+from ..settings import MAX_SEEDS, make_config, seed_count, whole
 from ..widgets import PRIVATE, Radio, plot, run_stop, table, whole_slider
 from . import Panel
 
@@ -23,7 +23,6 @@ from . import Panel
 ABLATION_VALUES = {"s": "5,20,50,80,100", "p": "1,2,3"}
 DEFAULT = {"param": "s", "values": ABLATION_VALUES["s"], "seeds": 3}
 MAX_SWEEP = 8
-MAX_SEEDS = 5
 
 
 def parse_values(param: str, values) -> list:
@@ -54,9 +53,7 @@ def ablation(app, param, values, seeds, settings, job):
 
     if param not in ABLATION_VALUES:
         raise ConfigError("param", param, "p or s")
-    seeds = whole(seeds)
-    if not isinstance(seeds, int) or isinstance(seeds, bool) or not 1 <= seeds <= MAX_SEEDS:
-        raise ConfigError("seeds", seeds, f"an integer from 1 to {MAX_SEEDS}")
+    seeds = seed_count(seeds)
     cfgs = [make_config(algo="fedala", **{**settings, param: v, "seed": k})
             for v in parse_values(param, values) for k in range(seeds)]
     own = getattr(make_config(algo="fedala", **settings), param)  # the value the page is set to

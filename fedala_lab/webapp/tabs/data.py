@@ -11,7 +11,7 @@ from ...analysis.tables import SEED_DIFF, SEED_P, data_title
 from ...errors import ConfigError
 from ...experiments.runs import get_or_run
 from ..jobs import finished_status, friendly, job
-from ..settings import DATASET_CHOICES, PARTITION_CHOICES, make_config, whole
+from ..settings import DATASET_CHOICES, MAX_SEEDS, PARTITION_CHOICES, make_config, seed_count
 from ..split import HIGHEST, LOWEST, served, spans
 from ..widgets import LIGHT, Radio, checked_choice, checked_number, plot, run_stop, table, whole_slider
 from . import Panel
@@ -67,9 +67,7 @@ def ladder(app, seeds, settings, job):
     from ...analysis.tables import format_seed_table, seed_table
     from ...figures import HeterogeneityDisplay
 
-    seeds = whole(seeds)
-    if not isinstance(seeds, int) or isinstance(seeds, bool) or not 1 <= seeds <= 5:
-        raise ConfigError("seeds", seeds, "an integer from 1 to 5")
+    seeds = seed_count(seeds)
     base = make_config(algo="fedavg", **settings)
     # every split must serve the clients: the ladder runs with the fewest any of them serves, and says so
     splits = {label: served(base.data.replace(**split)) for label, split in LADDER.items()}
@@ -158,7 +156,7 @@ def build_ladder(app, settings) -> Panel:
                         "compare*, over seeds: the best pooled accuracy and the spread between clients, with 95 % "
                         "intervals, and whether each fall is more than the seeds' noise. The first time a few "
                         "seconds a run; then instant.", elem_classes=["note"])
-            seeds = whole_slider(1, 5, LADDER_SEEDS, "seeds", "ladder-seeds", field="seeds")
+            seeds = whole_slider(1, MAX_SEEDS, LADDER_SEEDS, "seeds", "ladder-seeds", field="seeds")
             run, stop, status = run_stop("ladder")
         with gr.Column(scale=7, min_width=480):
             ladder_plot = plot(label="FedAvg per split", elem_id="ladder-plot", elem_classes=["main-plot"])

@@ -1,5 +1,7 @@
-"""Train & compare: the ticked algorithms on the same data and settings. Accuracy and loss curves and a
-summary; then how each client fares (its final accuracy per method, and their spread over clients)."""
+"""Train & compare: the ticked algorithms on the same data and settings, over a few seeds (3 by default),
+computed side by side. The verdict over the seeds (:mod:`~fedala_lab.analysis.stats`: intervals, paired tests,
+"could be noise" where it could), the methods ranked, accuracy and loss curves and a summary; then how each
+client fares (its final accuracy per method, mean over the seeds, and their spread over clients)."""
 
 from __future__ import annotations
 
@@ -10,12 +12,14 @@ import gradio as gr
 import pandas as pd
 
 from ...algorithms import registry
+from ...analysis import stats
 from ...analysis.tables import data_title
 from ...config import algo_label
 from ...errors import ConfigError
 from ...experiments.runs import get_or_run, load_stored
 from ..jobs import finished_status, job, run_label
 from ..settings import (
+    MAX_SEEDS,
     SCENARIO_FIELDS,
     SCENARIOS,
     TRAIN_ALGOS,
@@ -23,90 +27,167 @@ from ..settings import (
     make_config,
     scenario_notice,
     scenario_values,
+    seed_count,
     train_settings,
 )
-from ..widgets import Dropdown, Radio, plot, run_stop, table
+from ..widgets import Dropdown, Radio, plot, run_stop, table, whole_slider
 from . import Panel
 
 
 @job
-def train(app, algos, settings, job):
-    """Run (or load) every selected algorithm on the same data: accuracy curves (with many methods: the best few
-    in colour), the methods ranked, loss curves, a summary, and what the runs say about federating at all.
-    Stopped, it shows the finished runs and the stopped one's rounds so far."""
+def train(app, algos, seeds, settings, job):
+    """Run (or load) every selected algorithm on the same data, over ``seeds`` seeds (the seed setting and the
+    next ones), side by side: accuracy curves of the first seed (with many methods: the best few in colour), the
+    methods ranked over the seeds, loss curves, a summary, and the verdict over the seeds (:func:`verdict`).
+    Stopped, it shows the finished runs and the stopped ones' rounds so far."""
     from ...analysis.notes import curve_notes, stragglers_note
     from ...figures.curves import AccuracyCurveDisplay
     from ...figures.many import RankedAccuracyDisplay
 
-    cfgs, merged = _configs(algos, settings)  # all validated before any work
+    cfgs, merged = _configs(algos, settings, seeds)  # all validated before any work
+    several = len({c.seed for c in cfgs}) > 1
     tic = time.perf_counter()
     got = app.fetch(job, cfgs, lambda store, callback: [get_or_run(c, store, progress=False, callback=callback)
-                                                        for c in cfgs], side_by_side=True)
+                                                        for c in cfgs],
+                    labels=[f"{algo_label(c.algo)}, seed {c.seed}" for c in cfgs] if several else None,
+                    side_by_side=True)
     runs = got.shown
     if not runs:  # stopped before a single round: what the page shows stays
         return *[gr.skip()] * 6, got.status
     labels = [run_label(r) for r in runs]
-    refs = [lab for r, lab in zip(runs, labels) if r.config.algo in registry.with_role("reference", "no-federation")]
-    acc = AccuracyCurveDisplay.from_runs(runs, metric="acc", labels=labels, highlight=HIGHLIGHT, keep=refs,
-                                         title=f"Test accuracy per round ({data_title(cfgs[0].data)})")
-    loss = AccuracyCurveDisplay.from_runs(runs, metric="test_loss", labels=labels, highlight=HIGHLIGHT, keep=refs)
-    ranked = RankedAccuracyDisplay.from_runs(runs, labels=labels, title="Final accuracy, ranked (one seed)",
-                                             highlight=HIGHLIGHT, keep=refs)
+    first = min(c.seed for c in cfgs)  # the curves: the first seed's runs (the ranking and verdict: every seed's)
+    one = [(r, lab) for r, lab in zip(runs, labels) if r.config.seed == first]
+    one_runs, one_labels = [r for r, _ in one], [lab for _, lab in one]
+    refs = [lab for r, lab in zip(runs, labels) if r.config.algo in references()]
+    seed_note = f", seed {first}" if several else ""
+    acc = AccuracyCurveDisplay.from_runs(one_runs, metric="acc", labels=one_labels, highlight=HIGHLIGHT, keep=refs,
+                                         title=f"Test accuracy per round ({data_title(cfgs[0].data)}{seed_note})")
+    loss = AccuracyCurveDisplay.from_runs(one_runs, metric="test_loss", labels=one_labels, highlight=HIGHLIGHT,
+                                          keep=refs, title=f"Test loss per round{seed_note}" if several else None)
+    ranked = RankedAccuracyDisplay.from_runs(runs, labels=labels, highlight=HIGHLIGHT, keep=refs,
+                                             title=f"Final accuracy, ranked ({_seeds(cfgs)})")
     cached = got.cached + [False] * (len(runs) - len(got.runs))
-    found = stragglers_note(runs, labels) or verdict(ranked.ranking_)  # FedProx's setting: why FedProx wins
-    return (acc.figure_, found, loss.figure_, ranked.figure_, "\n\n".join(curve_notes(runs, labels)),
+    finished = [run_label(r) for r in got.runs]
+    why = stragglers_note(got.runs, finished)  # FedProx's setting: why FedProx wins
+    found, more = verdict(got.runs, finished, hint=not why)
+    if why:  # one paragraph, the note then its paired test (which names FedAvg itself): short enough above the curves
+        found = f"{why} {found.removeprefix(AGAINST)}".strip()
+    return (acc.figure_, found, loss.figure_, ranked.figure_, "\n\n".join([*more, *curve_notes(one_runs, one_labels)]),
             _summary(app, runs, cached), finished_status(got, time.perf_counter() - tic) + merged)
 
 
 # With more methods than this on one plot, only the best few (and FedAvg and Local) are drawn in colour.
 HIGHLIGHT = 4
+DEFAULT_SEEDS = 3  # the seeds slider's start: a verdict needs an interval, and one seed gives none
+AGAINST = "**Against FedAvg:** "
 
 
-def verdict(ranking: pd.DataFrame) -> str:
-    """What the runs on screen say about federating, in their own numbers (final pooled accuracy, as
-    ``RankedAccuracyDisplay.ranking_`` ranks them, best first): whether Local (no federation) is beaten,
-    and by what."""
+def references() -> list[str]:
+    """The methods the others are compared with (FedAvg, Local: their specs' roles), always drawn in colour."""
+    return registry.with_role("reference", "no-federation")
 
-    final = dict(zip(ranking["label"], ranking["mean"]))  # in % (one run per label: its final accuracy)
-    algo = dict(zip(ranking["label"], ranking["algo"]))
-    ranked = list(ranking["label"])
-    alone = registry.with_role("no-federation")
-    local = next((lab for lab in ranked if algo[lab] in alone), None)
-    fed = [lab for lab in ranked if algo[lab] not in alone]
-    top = ", ".join(f"{lab} {final[lab]:.2f} %" for lab in ranked[:3])
-    if local is None or not fed:
-        text = f"**Final accuracy, best first:** {top}." + (
-            "" if local is not None else " Tick *Local* (each client alone, no communication) to ask whether "
-            "federating pays at all.")
-    else:
-        best = fed[0]
-        beaten = [lab for lab in fed if final[lab] > final[local]]
-        if not beaten:
-            text = (f"**Here federating does not pay:** *Local* (each client alone, no communication) ends at "
-                    f"**{final[local]:.2f} %**, the best federated method, {best}, at {final[best]:.2f} %: each "
-                    "client's own images are enough for its few digits.")
+
+def _seeds(cfgs) -> str:
+    return _count(len({c.seed for c in cfgs}))
+
+
+def _count(n: int) -> str:
+    return "one seed" if n == 1 else f"{n} seeds"
+
+
+def ranking(runs, labels) -> list[str]:
+    """The labels best first by their runs' mean final pooled accuracy over seeds (as the ranked plot orders
+    them): the order of the verdict and of the per-client plots."""
+    from ...figures.many import RankedAccuracyDisplay, ranked_frame
+
+    return list(RankedAccuracyDisplay(ranked_frame(runs, labels)).ranking_["label"])
+
+
+def verdict(runs, labels, hint: bool = True) -> tuple[str, list[str]]:
+    """What the finished runs on screen say, over their seeds (:mod:`~fedala_lab.analysis.stats`, final pooled
+    accuracy in %), short enough to stand above the curves: the best federated method but FedAvg against FedAvg
+    (Local when there is none) and the best federated method against *Local* (does federating pay?), each paired
+    by seed with its interval and p-value, and "could be noise" where the interval holds 0 or p ≥ 0.05; one seed
+    has no interval and names no winner. Without FedAvg and Local: the best three with their intervals. Without
+    Local and with ``hint``: how to ask whether federating pays. Also the lines for below the plots: the
+    per-client gains against Local, and what one seed cannot tell."""
+    groups: dict[str, list] = {}
+    for run, label in zip(runs, labels, strict=True):
+        groups.setdefault(label, []).append(run)
+    if not groups:
+        return "", []
+    frame = stats.groups_frame(groups)
+    algo = {label: rs[0].config.algo for label, rs in groups.items()}
+    order = ranking(runs, labels)
+    n = max(len(rs) for rs in groups.values())
+    reference, alone = registry.with_role("reference"), registry.with_role("no-federation")
+    fedavg = next((lab for lab in order if algo[lab] in reference), None)
+    local = next((lab for lab in order if algo[lab] in alone), None)
+    federated = [lab for lab in order if algo[lab] not in alone]
+    text, more = [], []
+    if fedavg is not None and len(order) > 1:  # the best other federated method (Local has its own line below)
+        best = next((lab for lab in federated if lab != fedavg), local)
+        said, _ = _against(frame, best, fedavg)
+        text.append(f"{AGAINST}{said}.")
+    if local is not None and federated:
+        said, row = _against(frame, federated[0], local)
+        if n == 1:
+            lead = "**Does federating pay? One seed cannot say:**"
+        elif stats.is_noise(row):
+            lead = "**Does federating pay? Not measurably here** (against *Local*, each client alone):"
+        elif row["diff_mean"] > 0:
+            lead = "**Federating pays here** (against *Local*, each client alone):"
         else:
-            text = (f"**Federating pays here:** {best} ends at **{final[best]:.2f} %** against *Local*'s "
-                    f"{final[local]:.2f} % (each client alone), {final[best] - final[local]:+.2f} points"
-                    + (f"; {len(beaten)} of {len(fed)} federated methods beat Local." if len(fed) > 1 else "."))
-        text += " One seed each: a small gap can flip with another seed (notebook 2 repeats over seeds)."
-    return text
+            lead = "**Here federating does not pay:** *Local* (each client alone) is ahead:"
+        text.append(f"{lead} {said}.")
+        gains = stats.gain_table(frame, against=local)
+        gains = gains[gains["label"] == federated[0]]
+        if len(gains):
+            more.append(stats.gain_words(gains.iloc[0], federated[0], local, digits=2) + ".")
+    if not text:
+        own = stats.seed_stats(frame, against=None, metrics=["final"]).set_index("label")
+        top = ", ".join(f"{lab} {stats.format_ci(*own.loc[lab, ['mean', 'ci_lo', 'ci_hi']])} %" for lab in order[:3])
+        text.append(f"**Final accuracy (pooled), {'best first, ' if n > 1 else ''}over {_count(n)}"
+                    + (" (mean ± 95 % interval)" if n > 1 else "") + f":** {top}.")
+    if hint and local is None:
+        text.append("Tick *Local* (each client alone, no communication) to ask whether federating pays at all.")
+    if n == 1:
+        more.append(f"One seed each: no interval, so no winner is named. Set seeds to {DEFAULT_SEEDS} to see how much "
+                    "a run moves from seed to seed.")
+    return "\n\n".join(text), more
+
+
+def _against(frame, label: str, reference: str) -> tuple[str, object]:
+    """``label``'s runs against ``reference``'s, paired by seed, in words (:func:`stats.verdict_row`, p-values
+    Holm-adjusted over every method compared with that reference), and the row of numbers it says."""
+    long = stats.seed_stats(frame, against=reference, metrics=["final"])
+    row = long[(long["label"] == label) & (long["metric"] == "final")].iloc[0]
+    return stats.verdict_row(row, label, reference, digits=2), row
+
+
 @job
-def clients(app, algos, settings, job):
-    """Each client's accuracy at the last round of every selected algorithm's run (drawn after :func:`train`,
-    from the same runs as its curves): per client, and as a spread over clients. A run Stop interrupted is
-    drawn at the round it stopped (from its checkpoint), labelled so; with no run at all (stopped before it
-    started) the page keeps what it shows, as the curves do."""
+def clients(app, algos, seeds, settings, job):
+    """Each client's accuracy at the last round of every selected algorithm's runs (drawn after :func:`train`,
+    from the same runs): per client, its mean over the seeds, the methods in the verdict's order, and as a
+    spread over clients. A run Stop interrupted is drawn at the round it stopped (from its checkpoint), labelled
+    so; with no run at all (stopped before it started) the page keeps what it shows, as the curves do."""
+    from ...analysis.curves import seed_client_accuracy
     from ...figures.clients import ClientAccuracyDisplay, ClientSpreadDisplay
 
-    runs = [r for r in (_stored(app, c) for c in _configs(algos, settings)[0]) if r is not None]
+    cfgs = _configs(algos, settings, seeds)[0]
+    runs = [r for r in (_stored(app, c) for c in cfgs) if r is not None]
     if not runs:
         return gr.skip(), gr.skip()
     labels = [run_label(r) for r in runs]
-    many = {"highlight": HIGHLIGHT, "keep": [lab for r, lab in zip(runs, labels)
-                                             if r.config.algo in registry.with_role("reference", "no-federation")]}
-    return (ClientAccuracyDisplay.from_runs(runs, labels=labels, **many).figure_,
-            ClientSpreadDisplay.from_runs(runs, labels=labels, **many).figure_)
+    place = {lab: i for i, lab in enumerate(ranking(runs, labels))}
+    pairs = sorted(zip(runs, labels), key=lambda p: place[p[1]])  # stable: a method's seeds keep their order
+    frame = seed_client_accuracy([r for r, _ in pairs], [lab for _, lab in pairs])
+    many = {"highlight": HIGHLIGHT, "keep": [lab for r, lab in pairs if r.config.algo in references()]}
+    over = f", mean of {_seeds(cfgs)}" if len({c.seed for c in cfgs}) > 1 else ""
+    return (ClientAccuracyDisplay(frame, title=f"Accuracy of each client's model{over}" if over else None,
+                                  **many).plot().figure_,
+            ClientSpreadDisplay(frame, title=f"Spread over {frame['client'].nunique()} clients{over}" if over else None,
+                                **many).plot().figure_)
 
 
 def _stored(app, cfg):
@@ -117,10 +198,11 @@ def _stored(app, cfg):
     return run
 
 
-def _configs(algos, settings) -> tuple[list, str]:
-    """The configs of the ticked algorithms, each distinct run once: a name for another's composition (FedAvg+ALA
-    is FedALA) asks for that one's run, and two ticks of one run are one. Also what the status line adds when
-    some were merged ("" if none)."""
+def _configs(algos, settings, seeds) -> tuple[list, str]:
+    """The configs of the ticked algorithms over ``seeds`` seeds (the seed setting and the next ones), each
+    distinct run once: a name for another's composition (FedAvg+ALA is FedALA) asks for that one's run, and two
+    ticks of one run are one. Also what the status line adds when some were merged ("" if none)."""
+    seeds = seed_count(seeds)
     cfgs, merged = {}, []
     for a in _algos(algos):
         name = registry.alias_for(a)
@@ -129,7 +211,7 @@ def _configs(algos, settings) -> tuple[list, str]:
             merged.append(f"{algo_label(a)} is {algo_label(name)}" if name != a else algo_label(a))
         cfgs.setdefault(cfg.key(), cfg)
     said = f" Computed once: {', '.join(dict.fromkeys(merged))} (the same run)." if merged else ""
-    return list(cfgs.values()), said
+    return [c.replace(seed=c.seed + k) for c in cfgs.values() for k in range(seeds)], said
 
 
 def _algos(algos) -> list[str]:
@@ -147,9 +229,9 @@ def _pct(x) -> float | None:
 
 # The summary's columns and their widths (the run's folder name wraps in the widest). Accuracies are pooled:
 # every test image of every client counted once (the per-client plot's legend gives the clients' mean).
-SUMMARY = {"algorithm": "9%", "final acc % (pooled)": "8%", "best acc % (pooled)": "8%", "best round": "6%",
+SUMMARY = {"algorithm": "9%", "seed": "4%", "final acc % (pooled)": "8%", "best acc % (pooled)": "8%", "best round": "6%",
            "rounds": "6%", "status": "10%", "seconds": "6%", "MB up": "6%", "MB down": "6%", "source": "8%",
-           "run": "27%"}
+           "run": "23%"}
 MB_DOWN = ("*MB down*: every client receives the model every round, also when only a share ρ trains and uploads, "
            "since every client is evaluated every round (as in the FedALA reference code).")
 
@@ -160,6 +242,7 @@ def _summary(app, runs, cached) -> pd.DataFrame:
         s = run.summary()
         rows.append({
             "algorithm": algo_label(s["algo"]),
+            "seed": run.config.seed,
             "final acc % (pooled)": _pct(s["final_acc"]),
             "best acc % (pooled)": _pct(s["best_acc"]),
             "best round": s["best_round"],
@@ -185,8 +268,11 @@ def build(app, settings) -> Panel:
                              elem_id="scenario", field="scenario")
             algos = Dropdown(TRAIN_ALGOS, value=SCENARIOS["teach"][2], multiselect=True, label="algorithms",
                              elem_id="algos", field="algos")
-            gr.Markdown(TRAIN_ALGOS_INFO, elem_id="algos-info", elem_classes=["note"])
+            seeds = whole_slider(1, MAX_SEEDS, DEFAULT_SEEDS, "seeds (from the seed setting on)",
+                                 "train-seeds", field="seeds")
             run, stop, status = run_stop("train")
+            # under Run (and its status line): above it, Run would leave a 1280×800 screen with every method ticked
+            gr.Markdown(TRAIN_ALGOS_INFO, elem_id="algos-info", elem_classes=["note"])
         with gr.Column(scale=7, min_width=480):
             found = gr.Markdown(elem_id="train-verdict", elem_classes=["note"])
             with gr.Row():  # one click from the default's answer to the scenarios that make the lecture's points
@@ -219,5 +305,5 @@ def build(app, settings) -> Panel:
         button.click(lambda *before, name=name: [*choose(name, *before[:-1]), name, (before[-1] or 0) + 1],
                      [*fields, go], fields + [algos, settings.notice, scenario, go], queue=False,
                      api_visibility="private")
-    return Panel("train", run, stop, status, [algos], [acc_plot, found, loss_plot, rank_plot, notes, summary],
-                 triggers=[go.change], then=[("train_clients", [algos], [client_plot, spread_plot])])
+    return Panel("train", run, stop, status, [algos, seeds], [acc_plot, found, loss_plot, rank_plot, notes, summary],
+                 triggers=[go.change], then=[("train_clients", [algos, seeds], [client_plot, spread_plot])])
