@@ -11,7 +11,6 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
 from conftest import RUN_TOL, assert_same_run, make_ragged_data, run_sim, small_cfg
@@ -157,10 +156,11 @@ def test_a_plugins_role_and_note_are_read_by_the_faces_as_the_built_ins_are(ragg
     assert registry.with_role("no-federation") == ["local", "alone"] and registry.with_role("reference") == ["fedavg"]
     _, run = run_sim(small_cfg(algo="alone", rounds=2), ragged)
     assert curve_notes([run]) == [f"*Alone* spoke in round 2 at {run.acc.iloc[-1]:.1f} %"]
-    ranking = pd.DataFrame({"label": ["FedAvg", "Alone"], "mean": [60.0, 40.0], "algo": ["fedavg", "alone"]})
-    said = verdict(ranking)
-    assert said.startswith("**Federating pays here:** FedAvg ends at **60.00 %**") and "40.00 %" in said
-    assert "Tick *Local*" in verdict(ranking.replace("alone", "fedprox"))  # a method without the role: none alone
+    _, avg = run_sim(small_cfg(algo="fedavg", rounds=2), ragged)
+    said, _ = verdict([avg, run], ["FedAvg", "Alone"])  # Alone stands where Local would: federating is asked
+    assert "**Does federating pay? One seed cannot say:**" in said and "Alone" in said and "Tick *Local*" not in said
+    _, prox = run_sim(small_cfg(algo="fedprox", rounds=2), ragged)
+    assert "Tick *Local*" in verdict([avg, prox], ["FedAvg", "FedProx"])[0]  # a method without the role: none alone
     with pytest.raises(ConfigError, match=r"role='alone' is not allowed: one of reference, no-federation"):
         fl.register_algorithm("other", Alone, role="alone")
 
