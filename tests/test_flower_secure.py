@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,37 @@ def test_a_port_in_use_is_named_at_once_and_nothing_is_started(tmp_path):
         with pytest.raises(FedalaError, match=rf"the SuperLink's port {port} on 127\.0\.0\.1 is in use"), fed:
             pass
     assert fed.procs == {} and fed.commands == []
+
+
+_HOLDER = """
+import sys, time
+from fedala_lab.flower.local import LocalFederation
+fed = LocalFederation(sys.argv[1], clients=1).__enter__()
+print(" ".join(str(p.pid) for p in fed.procs.values()), flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_killed_caller_leaves_no_flower_process_behind(tmp_path):
+    """SIGKILL to the Python that opened a federation (no close, no finally) ends its SuperLink, SuperNode and
+    what they started: before, they ran on for as long as nobody killed them by hand."""
+    import signal
+    import subprocess
+    import time
+
+    from fedala_lab.flower.local import alive, descendants
+
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(tmp_path / "fed")], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        started = [int(p) for p in holder.stdout.readline().split()]
+        assert len(started) == 2, started  # the SuperLink and one SuperNode
+        tree = [q for p in started for q in (p, *descendants(p))]
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    deadline = time.monotonic() + 60
+    while [p for p in tree if alive(p)] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not [p for p in tree if alive(p)], "still running after their caller was killed"

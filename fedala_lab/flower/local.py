@@ -27,7 +27,9 @@ reused after; ``certificates=(ca, cert, key)`` gives your own.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import functools
 import json
 import os
 import re
@@ -128,6 +130,24 @@ def descendants(pid: int) -> list[int]:
             out.append(c)
             todo.append(c)
     return out
+
+
+_LINUX = sys.platform.startswith("linux")
+# Each SuperLink and SuperNode starts through this, which asks Linux for SIGTERM when the thread that started it
+# ends (prctl PR_SET_PDEATHSIG, kept across exec) and then becomes the command: a federation whose Python was
+# killed leaves no process behind (they run in sessions of their own, out of reach of a signal to the caller's
+# group). They are started from one thread that lives as long as this process (:func:`_starter`), so a process
+# started from a short-lived thread (a SuperNode that replaces a lost one) does not end with that thread.
+_END_WITH_STARTER = ("import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGTERM); "
+                     "os.execv(sys.argv[1], sys.argv[1:])")
+
+
+
+@functools.cache
+def _starter() -> concurrent.futures.ThreadPoolExecutor:
+    """The one thread every SuperLink and SuperNode is started from (its idle worker waits until this process
+    exits)."""
+    return concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="flower-starter")
 
 
 def alive(pid: int) -> bool:
@@ -241,8 +261,9 @@ class LocalFederation:
         if args[0] == "flower-supernode" and self.heartbeat is not None:
             cmd = [sys.executable, "-c", _SUPERNODE, str(self.heartbeat), *args[1:]]
         with open(log, "ab") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                    env=self.env, cwd=self.folder, start_new_session=True)
+            proc = _starter().submit(subprocess.Popen, [sys.executable, "-c", _END_WITH_STARTER, *cmd] if _LINUX else cmd,
+                                     stdout=out, stderr=subprocess.STDOUT, env=self.env, cwd=self.folder,
+                                     start_new_session=True).result()
         self.procs[name] = proc
         return proc
 
