@@ -266,6 +266,7 @@ class ClientSide:
         self.backend_name = self.backend.name
         self.tracked = self.cfg.clients_to("track_clients", self.num_clients)
         self.sim: RoundState | None = None
+        self.built: dict[int, tuple] = {}  # client id -> its Setup and the algorithm built on it, kept between orders
 
     def train_size(self, c: int) -> int:
         return int(self.data.train_sizes[c])
@@ -273,8 +274,10 @@ class ClientSide:
     def side(self, c: int, saved: bytes | None) -> RoundState:
         """Client ``c`` alone: its data, its rows (``saved``, or the initial ones) as a state of one row, and the
         algorithm built on it (row 0 is client ``c``: ``Setup.ids``)."""
-        setup = Setup(self.cfg, self.model, self.data.client(c), tracked=self.tracked, backend=self.backend, ids=[c])
-        algo = self.cfg.algorithm.build(setup)
+        if c not in self.built:  # as the engine's, built once and kept across rounds (its plans, its steps)
+            setup = Setup(self.cfg, self.model, self.data.client(c), tracked=self.tracked, backend=self.backend, ids=[c])
+            self.built[c] = setup, self.cfg.algorithm.build(setup)
+        setup, algo = self.built[c]
         state = algo.init_state(setup)
         rows = {"params": dict(self.model.named_parameters()), "buffers": dict(self.model.named_buffers())}
         if saved is not None:

@@ -27,7 +27,7 @@ from ..config import RunConfig
 from ..environ import PROCESSES
 from ..errors import ConfigError, FedalaError
 from ..record.store import open_store
-from .pool import RunPool, failure, processes_setting, run_in_worker
+from .pool import RunPool, failure, is_auto, processes_setting, run_in_worker
 from .presets import check_partition
 from .trackers import Tracker, check_trackers
 
@@ -53,7 +53,7 @@ def process_count(processes, todo: list[RunConfig], *, warm: bool = False) -> in
     n = processes_setting(processes)
     if any(c.platform().startswith(("cuda", "mps")) for c in todo):
         return 1
-    chosen = not (isinstance(processes, str) and processes.strip().lower() == "auto") or PROCESSES in os.environ
+    chosen = not is_auto(processes) or PROCESSES in os.environ
     if not warm and not chosen and len(todo) <= 2 * n:
         return 1
     return max(1, min(n, len(todo)))

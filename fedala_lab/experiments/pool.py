@@ -289,11 +289,16 @@ class RunPool:
             pool.shutdown(wait=True, cancel_futures=True)
 
 
+def is_auto(value) -> bool:
+    """Whether a ``processes`` setting is "auto" (any case, spaces around)."""
+    return isinstance(value, str) and value.strip().lower() == "auto"
+
+
 def processes_setting(value) -> int:
     """``processes`` as a number (see :func:`get_or_run_many`), at most :func:`most_processes`; anything else is a
     ConfigError naming it (or ``$FEDALA_LAB_PROCESSES``, which "auto" reads) and the numbers allowed."""
     field = "processes"
-    if isinstance(value, str) and value.strip().lower() == "auto":
+    if is_auto(value):
         n = env_count(PROCESSES)
         if n is None:
             return default_processes()
