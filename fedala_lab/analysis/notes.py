@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from statistics import fmean
+
 from ..algorithms import registry
 from ..config import algo_label
 
@@ -47,9 +49,9 @@ def stragglers_note(runs, labels=None) -> str:
     (prox, prox_label), avg_label = pick["prox"][0], pick["avg"][0][1]
     cfg = prox.config
     selected = max(1, round(cfg.join_ratio * cfg.data.num_clients))
-    straggle = _mean(float(r.rounds["stragglers"].mean()) for r, _ in pick["avg"])
-    kept = selected - _mean(float(r.rounds["dropped"].mean()) for r, _ in pick["avg"])
-    a, p = (_mean(r.final_acc for r, _ in pick[k]) for k in ("avg", "prox"))
+    straggle = fmean(float(r.rounds["stragglers"].mean()) for r, _ in pick["avg"])
+    kept = selected - fmean(float(r.rounds["dropped"].mean()) for r, _ in pick["avg"])
+    a, p = (fmean(r.final_acc for r, _ in pick[k]) for k in ("avg", "prox"))
     n_prox, n_avg = len(pick["prox"]), len(pick["avg"])
     seeds = ("" if n_prox == n_avg == 1 else f", mean of {n_prox} seeds" if n_prox == n_avg else
              f", mean of {n_prox} ({prox_label}) and {n_avg} ({avg_label}) seeds")
@@ -60,8 +62,3 @@ def stragglers_note(runs, labels=None) -> str:
             f"{epochs}); {avg_label} drops them and averages {models}, {prox_label} keeps every client's partial work "
             f"and {cfg.algorithm.base.straggler_note(cfg)}. Final accuracy"
             f"{seeds}: {prox_label} {p:.2f} %, {avg_label} {a:.2f} %.")
-
-
-def _mean(values) -> float:
-    values = list(values)
-    return sum(values) / len(values)
