@@ -185,6 +185,12 @@ def plugin_modules(specs: Iterable) -> list[tuple[str, str]]:
     return list(out.items())
 
 
+def run_specs(cfgs: Iterable) -> list:
+    """The base specs of the algorithms the run configs ``cfgs`` run, each once: what workers computing them must
+    import (:func:`plugin_modules`) and may refuse (:func:`check_importable`), not every algorithm registered."""
+    return list({c.algorithm.base.name: c.algorithm.base for c in cfgs}.values())
+
+
 def check_importable(specs: Iterable, where: str) -> None:
     """Refuse, in one line, an algorithm of ``specs`` that other processes cannot import (defined in
     ``__main__``) for a path that needs them (``where``: e.g. "a sweep with 2 worker processes")."""
@@ -197,4 +203,4 @@ def check_importable(specs: Iterable, where: str) -> None:
 
 
 __all__ = ["ENV", "GROUP", "autoload", "check_importable", "env_modules", "env_problem", "load_plugins",
-           "plugin_modules"]
+           "plugin_modules", "run_specs"]

@@ -20,8 +20,7 @@ import math
 import os
 from collections.abc import Callable, Iterable
 
-from ..algorithms.plugins import check_importable, plugin_modules
-from ..algorithms.registry import specs
+from ..algorithms.plugins import check_importable, plugin_modules, run_specs
 from ..compute.parallel import available_cpus
 from ..config import RunConfig
 from ..environ import PROCESSES
@@ -115,7 +114,7 @@ def compute(cfgs: Iterable[RunConfig], store=None, *, processes: int | str = "au
                 statuses[cfg.key()] = run_in_worker(cfg.to_dict(), root, force, None, rounds_queue=_Report(on_round),
                                                     trackers=trackers, expect=cfg.key(), stop=stop)
         return statuses
-    check_importable({c.algorithm.base.name: c.algorithm.base for c in todo}.values(), f"{who} with {n} worker processes")
+    check_importable(run_specs(todo), f"{who} with {n} worker processes")
     own = pool is None
     if own:
         pool = RunPool(n, root)
@@ -269,7 +268,7 @@ def run_on_ray(todo: list[RunConfig], store, *, force: bool, threads: int | None
         except Exception as err:  # noqa: BLE001 - Ray's errors at connection time are of many kinds
             raise FedalaError(f"cannot start Ray{f' at {address}' if address else ''}: {failure(err)}") from None
         started = True
-    check_importable({c.algorithm.base.name: c.algorithm.base for c in todo}.values(), f"{who} on Ray")
+    check_importable(run_specs(todo), f"{who} on Ray")
     statuses: dict[str, dict] = {}
     root = str(store.root.resolve())
     try:
@@ -277,7 +276,7 @@ def run_on_ray(todo: list[RunConfig], store, *, force: bool, threads: int | None
         if gpus_per_run > have:  # a task asking for more would wait forever
             raise ConfigError("gpus_per_run", gpus_per_run, f"at most the {have:g} GPU(s) of the Ray cluster")
         task = ray.remote(num_cpus=threads or 1, num_gpus=gpus_per_run, max_retries=0)(run_in_worker)
-        plugins = plugin_modules(specs())
+        plugins = plugin_modules(run_specs(todo))
         refs = {task.remote(c.to_dict(), root if shared else None, force, threads, None, None,
                             trackers if shared else (), plugins, c.key()): c for c in todo}
         pending = list(refs)

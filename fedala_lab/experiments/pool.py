@@ -33,8 +33,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
-from ..algorithms.plugins import load_plugins, plugin_modules
-from ..algorithms.registry import specs
+from ..algorithms.plugins import load_plugins, plugin_modules, run_specs
 from ..compute.parallel import available_cpus, main_not_rerun
 from ..config import RunConfig
 from ..environ import PROCESSES, env_count
@@ -227,7 +226,7 @@ class RunPool:
         "not started"). A process that died fails its runs ("failed"); the pool is then rebuilt at the next call.
         """
         cfgs = list(cfgs)
-        plugins = plugin_modules(specs())
+        plugins = plugin_modules(run_specs(cfgs))
         per_run = max(1, available_cpus() // self.processes)  # training processes per run (compute/workers.py)
         with self._lock:
             if not self._free:
