@@ -317,6 +317,31 @@ def test_an_aggregation_that_reads_models_no_sender_uploaded_fails_loudly(ragged
         split(cfg, ragged)
 
 
+class MeansEveryone(fl.Algorithm):
+    def aggregate(self, rnd, senders):
+        return fl.Aggregated({n: rnd.local_params[n].mean(0) for n in rnd.param_names}, 0)
+
+
+class SelectsByModel(fl.Algorithm):
+    def select(self, rnd):
+        return torch.argsort(rnd.local_params[rnd.param_names[0]][rnd.everyone].flatten(1).norm(dim=1))[:2]
+
+
+def test_the_server_holds_the_senders_uploads_alone(ragged):
+    # between rounds it holds no client's model; an aggregation indexes the senders' rows by id (FedAvg's code,
+    # unchanged) and nothing else: another client's row, the stack whole or a selection by models is refused
+    server, run = split(small_cfg(algo="fedavg", backend="loop", join_ratio=0.6, rounds=2), ragged)
+    assert run.status == "complete"
+    held = server.sim.local_params[server.sim.setup.param_names[0]]
+    assert held.rows == {} and held.shape[0] == ragged.num_clients
+    with pytest.raises(SplitError, match=r"read models of clients that sent none \(0, 1\)"):
+        held[torch.tensor([0, 1])]
+    for name, method in (("probe_meanseveryone", MeansEveryone), ("probe_selectsbymodel", SelectsByModel)):
+        fl.register_algorithm(name, method, modifiers=())
+        with pytest.raises(SplitError, match="every client's model|sent none"):
+            split(small_cfg(algo=name, backend="loop"), ragged)
+
+
 # ------------------------------------------------------------------------------------------ pieces
 
 

@@ -31,7 +31,7 @@ import torch
 
 from ..algorithms.base import Aggregated, Algorithm, Round, Sent, Setup, Trained, Work
 from ..config import RunConfig
-from ..errors import HookError, SplitError, TrainingDiverged
+from ..errors import HookError, TrainingDiverged
 from .recorder import Recorder
 from .stragglers import LocalWork, draw_work
 
@@ -232,13 +232,11 @@ def _train(rs: RoundState, start: RoundStart, trainers: torch.Tensor, report: Re
     report.flag(ids[~finite_rows({**trained.params, **trained.buffers}, len(ids))], LOCAL_TRAIN)
 
 
-def finish(rs: RoundState, start: RoundStart, report: Report, to_run: Callable, *, apart: bool = False) -> dict:
+def finish(rs: RoundState, start: RoundStart, report: Report, to_run: Callable) -> dict:
     """The server's end of the round: stop on divergence (a :class:`TrainingDiverged` with the holder's
     ``to_run(status="diverged")``, its rounds before this one), ``aggregate`` the senders' models into G, record
-    the clients' rows (evaluated rounds) and the round's row; returns that row. ``apart``: the clients ran apart
-    from the server (engine/sides.py), so a non-finite aggregate means it read a model no sender uploaded (a
-    :class:`SplitError`)."""
-    cfg, algo, rec, rnd, t = rs.cfg, rs.algo, rs.recorder, start.rnd, start.t
+    the clients' rows (evaluated rounds) and the round's row; returns that row."""
+    algo, rec, rnd, t = rs.algo, rs.recorder, start.rnd, start.t
     num = report.numbers
     for which, flats in report.snapshots.items():
         rec.snapshot_rows(t, which, flats)
@@ -253,9 +251,6 @@ def finish(rs: RoundState, start: RoundStart, report: Report, to_run: Callable, 
     senders = start.work.senders(start.selected)
     agg = checked_aggregated(algo.aggregate(rnd, senders), rs, len(senders)) if len(senders) else Aggregated({}, 0)
     if not finite(agg.params):
-        if apart:
-            raise SplitError(f"{cfg.algorithm.label}'s aggregation in round {t} read models of clients that sent "
-                             "none: it cannot run with clients and server apart")
         rec.take(t, rnd.records)
         codes = np.zeros(rs.num_clients, dtype=np.int64)
         _diverged(rs, t, codes, to_run, hook="aggregate")

@@ -11,10 +11,9 @@ federation. For each order a client holds itself alone (:meth:`ClientSide.side`)
 (its model, buffers and row of the algorithm's state, loaded from the bytes it kept and saved after the order)
 and the algorithm built on that one client, whose hooks see it as row 0 and draw its streams by its id
 (``Setup.ids``), so it computes what the engine computes for it. The server holds G, the algorithm's server-side
-state, the run's records, and the engine's (N, …) stacks of models, as ``select`` and ``aggregate`` name clients
-by their ids (``local_params[n][senders]``, ``weights(senders)``): while it aggregates, the senders' rows hold
-their uploads, and every other row is NaN, so an aggregation that reads a model no sender uploaded fails loudly
-(:class:`~fedala_lab.errors.SplitError`).
+state, the run's records and, while it aggregates, the senders' uploads alone (:class:`Uploads`), which
+``aggregate`` reads by client id as it reads the engine's (N, …) stacks (``local_params[n][senders]``); a hook
+that reads a model no sender uploaded fails loudly (:class:`~fedala_lab.errors.SplitError`).
 
 A transport uses only this (docs/design.md#one-round-two-transports): ``ServerSide`` — ``cfg``,
 ``num_clients``, ``train_size(c)``, ``global_params``, ``downloads()``, ``orders(t)``, ``finish(t, replies)``,
@@ -32,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import math
 import warnings
 from dataclasses import dataclass, field
 
@@ -45,7 +43,7 @@ from ..compute.backends import make_backend
 from ..compute.device import cpu_threads
 from ..config import RunConfig
 from ..data.federated import FederatedData
-from ..errors import ConfigError, FedalaError
+from ..errors import ConfigError, FedalaError, SplitError
 from ..record.run import Run
 from . import rounds
 from .rounds import RoundState
@@ -324,6 +322,40 @@ class ClientSide:
 # ------------------------------------------------------------------------------------- the server side
 
 
+class Uploads:
+    """One parameter or buffer of the clients' models as the server holds it: the rows its senders uploaded
+    this round, by client id (none between rounds). Indexed by clients that sent (a tensor or list of ids, a mask,
+    one id) it gives their rows as the engine's (N, …) stack would; any other row, or the stack whole (a method
+    or torch function on it), is a :class:`SplitError` naming ``who`` read it."""
+
+    def __init__(self, who: str, n: int, like: torch.Tensor, rows: dict[int, torch.Tensor] | None = None):
+        self.who, self.rows, self.like = who, rows or {}, like
+        self.shape, self.dtype, self.device = torch.Size((n, *like.shape)), like.dtype, like.device
+
+    def __getitem__(self, idx):
+        i = torch.as_tensor(range(self.shape[0])[idx] if isinstance(idx, slice) else idx)
+        ids = (i.nonzero() if i.dtype == torch.bool else i).reshape(-1).tolist()
+        missing = sorted(set(ids) - set(self.rows))
+        if missing:
+            raise self.refused(f"models of clients that sent none ({', '.join(map(str, missing[:10]))})")
+        rows = torch.stack([self.rows[c] for c in ids]) if ids else self.like.new_empty((0, *self.like.shape))
+        return rows[0] if i.dim() == 0 else rows
+
+    def refused(self, what: str) -> SplitError:
+        return SplitError(f"{self.who} read {what}: it cannot run with clients and server apart, where the "
+                          "server holds only the models its senders upload")
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise self.refused(f"every client's model (.{name})")
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        held = next(a for a in (*args, *(kwargs or {}).values()) if isinstance(a, Uploads))
+        raise held.refused(f"every client's model ({getattr(func, '__name__', func)})")
+
+
 class ServerSide:
     """The server side of the round: G, the algorithm's server-side state, selection, the stragglers' draw,
     aggregation of the senders' uploads, and the run's records (engine/rounds.py).
@@ -348,7 +380,7 @@ class ServerSide:
                         "buffers": {k: v[0].detach().cpu().clone() for k, v in rs.local_buffers.items()}}
         self._start: rounds.RoundStart | None = None
         self._orders: dict[int, Order] = {}
-        self._forget()
+        self._hold({})
 
     @property
     def cfg(self) -> RunConfig:
@@ -421,13 +453,17 @@ class ServerSide:
         self.client_rows = {int(c): bytes(b) for c, b in split["clients"].items()}
         self.meta_lists = {k: list(v) for k, v in split["meta_lists"].items()}
         self.client_backend = split["client_backend"]
-        self._forget()
+        self._hold({})
 
-    def _forget(self) -> None:
-        """NaN in every client's model and buffers: between its rounds the server holds none (module docstring)."""
-        for v in (*self.sim.local_params.values(), *self.sim.local_buffers.values()):
-            if v.is_floating_point():
-                v.fill_(math.nan)
+    def _hold(self, uploads: dict[int, dict], who: str = "") -> None:
+        """The clients' models as the server holds them (:class:`Uploads`): ``uploads`` (client id → its upload,
+        on the run's device) while it aggregates, none between rounds. In place: the round's view holds the dicts."""
+        sim, n, dev = self.sim, self.num_clients, self.sim.setup.device
+        who = who or f"{self.cfg.algorithm.label}'s server hooks"
+        for held, part in ((sim.local_params, "params"), (sim.local_buffers, "buffers")):
+            held.clear()
+            held.update({k: Uploads(who, n, v.to(dev), {c: u[k] for c, u in uploads.items() if k in u})
+                         for k, v in self.initial[part].items()})
 
     def downloads(self) -> dict[str, torch.Tensor]:
         """G's parameters a client receives (the method's ``downloads()``: FedRep's body), on the CPU."""
@@ -467,16 +503,17 @@ class ServerSide:
             for k, v in r.meta.items():
                 have = self.meta_lists.setdefault(k, [])
                 have.extend(x for x in v if x not in have)
-        for c in start.work.senders(start.selected).cpu().tolist():  # the senders' uploads, in their rows
+        uploads = {}
+        for c in start.work.senders(start.selected).cpu().tolist():
             if by[c].upload is None:
                 raise FedalaError(f"round {t}: client {c} sent no model")
-            for k, v in by[c].upload.items():
-                sim.local_params[k][c] = v.to(sim.setup.device, sim.local_params[k].dtype)
+            uploads[c] = {k: v.to(sim.setup.device, self.initial["params"][k].dtype) for k, v in by[c].upload.items()}
+        self._hold(uploads, f"{self.cfg.algorithm.label}'s aggregation in round {t}")
         try:
-            row = rounds.finish(sim, start, report, self.to_run, apart=True)
+            row = rounds.finish(sim, start, report, self.to_run)
         finally:
             self._start = None
-            self._forget()
+            self._hold({})
         self.client_rows.update({c: r.rows for c, r in by.items() if r.rows is not None})  # once the round counts
         return row
 
@@ -494,5 +531,5 @@ class ServerSide:
         return run
 
 
-__all__ = ["ClientSide", "Order", "Reply", "ServerSide", "check_split", "client_backend", "from_bytes", "put_state_rows",
+__all__ = ["ClientSide", "Order", "Reply", "ServerSide", "Uploads", "check_split", "client_backend", "from_bytes", "put_state_rows",
            "split_methods", "split_refusal", "state_rows", "to_bytes"]
