@@ -65,6 +65,8 @@ class FigureSpec:
     # the configs of the runs it needs, in the order it asks for them (an estimate where they depend on runs,
     # as Fig. 4's K on the mnist plan): the overall progress bar's rounds
     planned: Callable[[Plan], list[RunConfig]] = lambda plan: []
+    # columns of its CSV table compared with the version it replaces, for the README's "changed" lines
+    compared: tuple[str, ...] = ()
 
 
 def _table_runs(ctx: Context, setting: str, algos: tuple[str, ...] | None = None, seeds=None):
@@ -512,7 +514,8 @@ def _fedlama_planned(plan: Plan) -> list[RunConfig]:
 
 FIGURES: dict[str, FigureSpec] = {s.key: s for s in [
     FigureSpec("table2", "Tables 2 and 7", "accuracy of each method (traditional FL, the pFL baselines, FedALA, "
-               "Local), mean and 95 % interval over seeds, best and final round", make_table2, _tables_planned),
+               "Local), mean and 95 % interval over seeds, best and final round", make_table2, _tables_planned,
+               ("best_mean", "final_mean")),
     FigureSpec("table3", "Table 3", "computation (seconds per round, ALA's start phase) and communication (models "
                "up and down per client per round) of each method, measured", make_table3,
                lambda plan: plan.table("practical").configs()),
@@ -526,12 +529,12 @@ FIGURES: dict[str, FigureSpec] = {s.key: s for s in [
                "(left); per client: median, interquartile band and the client that moves the mean most (right)",
                make_fig5, _fig5_cfgs),
     FigureSpec("table1", "Table 1 (s)", "accuracy and ALA cost against s (% of local data used to learn W)",
-               make_table1, lambda plan: plan.ablation("s").configs()),
+               make_table1, lambda plan: plan.ablation("s").configs(), ("best_mean", "final_mean")),
     FigureSpec("table6", "Tables 1 (p) and 6", "accuracy and number of ALA weights against p", make_table6,
-               lambda plan: plan.ablation("p").configs()),
+               lambda plan: plan.ablation("p").configs(), ("best_mean", "final_mean")),
     FigureSpec("applicability", "Table 4 (applicability of ALA)", "accuracy gain when ALA is added to each "
                "method that takes it (the local initialisation only)", make_applicability,
-               lambda plan: plan.ala_table().configs()),
+               lambda plan: plan.ala_table().configs(), ("base_mean", "ala_mean", "gain")),
     FigureSpec("data", "Figs. 6–9", "samples per client and label (bubble plots)", make_data),
     FigureSpec("fedlama", "FedLAMA Fig. 1 and Tables 1–4", "layer-wise aggregation intervals: δ_l vs 1 − λ_l, "
                "accuracy vs communication (also with ALA), interval timeline", make_fedlama, _fedlama_planned),
