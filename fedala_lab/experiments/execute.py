@@ -19,6 +19,7 @@ import contextlib
 import math
 import os
 from collections.abc import Callable, Iterable
+from types import SimpleNamespace
 
 from ..algorithms.plugins import check_importable, plugin_modules, run_specs
 from ..compute.parallel import available_cpus
@@ -56,17 +57,6 @@ def process_count(processes, todo: list[RunConfig], *, warm: bool = False) -> in
     if not warm and not chosen and len(todo) <= 2 * n:
         return 1
     return max(1, min(n, len(todo)))
-
-
-class _Report:
-    """In this process: what a pool process reports, handed to ``on_round`` directly (run_in_worker's queue)."""
-
-    def __init__(self, on_round: Callable | None):
-        self.on_round = on_round
-
-    def put(self, item) -> None:
-        if self.on_round is not None:
-            self.on_round(*item)
 
 
 def compute(cfgs: Iterable[RunConfig], store=None, *, processes: int | str = "auto", stop=None,
@@ -109,9 +99,11 @@ def compute(cfgs: Iterable[RunConfig], store=None, *, processes: int | str = "au
     if n == 1:
         from ..compute.device import cpu_threads
 
+        # in this process, run_in_worker's queue hands what a pool process would report to on_round directly
+        report = None if on_round is None else SimpleNamespace(put=lambda item: on_round(*item))
         with cpu_threads(threads):
             for cfg in todo:
-                statuses[cfg.key()] = run_in_worker(cfg.to_dict(), root, force, None, rounds_queue=_Report(on_round),
+                statuses[cfg.key()] = run_in_worker(cfg.to_dict(), root, force, None, rounds_queue=report,
                                                     trackers=trackers, expect=cfg.key(), stop=stop)
         return statuses
     check_importable(run_specs(todo), f"{who} with {n} worker processes")
