@@ -222,8 +222,8 @@ class RunPool:
                 # one run into the store, one torch thread; its rounds reported and its stop flag read through
                 # the call's _Call
                 call = _Call(slot)
-                futures = {pool.submit(run_in_worker, c.to_dict(), self.store_root, force, 1, call, per_run, trackers,
-                                       plugins, c.key(), call): c.key() for c in cfgs}
+                futures = {pool.submit(run_in_worker, c.to_dict(), self.store_root, force, 1, call, per_run,
+                                       trackers, plugins, c.key(), call): c.key() for c in cfgs}
         results: dict[str, dict] = {}
         pending = set(futures)
 
