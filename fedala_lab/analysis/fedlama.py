@@ -163,14 +163,14 @@ def synced_rounds(run: Run) -> np.ndarray:
     return r
 
 
-def step_accuracy(run: Run, *, synced_only: bool = True) -> pd.Series:
-    """Pooled accuracy (%) indexed by the local SGD steps done before the evaluation ((t − 1)·steps)."""
+def step_accuracy(run: Run) -> pd.Series:
+    """Pooled accuracy (%) of the synchronised rounds (:func:`synced_rounds`), indexed by the local SGD steps
+    done before the evaluation ((t − 1)·steps)."""
     spr = steps_per_round(run.config)
     if spr is None:
         raise ValueError(f"run {run.config.algo!r} counts rounds in epochs; a step axis needs local_steps")
     acc = run.acc
-    if synced_only:
-        acc = acc[acc.index.isin(synced_rounds(run))]
+    acc = acc[acc.index.isin(synced_rounds(run))]
     return pd.Series(acc.to_numpy(), index=(acc.index.to_numpy() - 1) * spr, name=acc.name)
 
 

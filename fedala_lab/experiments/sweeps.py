@@ -66,11 +66,8 @@ class SweepResult:
 
     def runs_where(self, **values) -> list:
         """Runs of the grid points whose axes/config fields equal ``values`` (e.g. ``algo="fedala"``)."""
-        out = []
-        for (_, row), run in zip(self.frame.iterrows(), self.runs):
-            if all(row.get(k) == v for k, v in values.items()):
-                out.append(run)
-        return out
+        return [run for (_, row), run in zip(self.frame.iterrows(), self.runs)
+                if all(row.get(k) == v for k, v in values.items())]
 
     @property
     def diverged(self) -> dict[str, str]:

@@ -24,10 +24,9 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
-from ..config import RunConfig
 from ..errors import ConfigError, DataError
 from ..experiments.plans import Plan, build_plan
 from ..experiments.prefix import rounds_to_compute
@@ -42,8 +41,7 @@ MIN_DPI, MAX_DPI = 10, 600  # 600 dpi: print quality; a 12-inch figure is then 7
 def run_figures(preset_name: str = "quick", *, only: Iterable[str] | None = None, out: str | Path | None = None,
                 store=None, progress: bool = True, formats=("png", "pdf"), dpi: int = 100,
                 rounds: int | None = None, seeds: int | None = None, fig4: tuple | None = None,
-                device: str | None = None, command: str | None = None, echo: Callable[[str], None] | None = None,
-                trackers: Iterable = ()) -> dict:
+                device: str | None = None, trackers: Iterable = ()) -> dict:
     """Make the figures of ``preset_name`` (all, or ``only`` these keys) into ``out``; update its index.
     ``trackers`` (experiments/trackers.py) log every run the figures use, computed or from the store.
 
@@ -77,12 +75,11 @@ def run_figures(preset_name: str = "quick", *, only: Iterable[str] | None = None
 
     cache.on_round = one_round
     ctx = Context(plan, cache, out, progress=progress, formats=tuple(formats), dpi=dpi)
-    command = command or _command(preset_name, keys, out, rounds, seeds, fig4)
+    command = _command(preset_name, keys, out, rounds, seeds, fig4)
 
-    if echo is None:
-        def echo(line):  # through tqdm, so the line does not tear the progress bars
-            tqdm.write(line, file=sys.stdout)
-            sys.stdout.flush()
+    def echo(line):  # through tqdm, so the line does not tear the progress bars
+        tqdm.write(line, file=sys.stdout)
+        sys.stdout.flush()
 
     since = index.get("environment", {}).get("date", "")  # the version the figures replace
     index.update(preset=plan.name, notes=plan.notes, plan=describe_plan(plan))
@@ -126,7 +123,8 @@ def _make_one(spec: FigureSpec, ctx: Context, *, command: str, only_command: str
         "key": spec.key, "paper": spec.paper, "title": spec.title, "preset": plan.name,
         "files": sorted({str(Path(f).relative_to(ctx.out)) for f in files}),
         "command": command, "only_command": only_command,
-        "configs": describe_configs([r.config for r in runs], _base_of(plan), plan.base_name) if runs else "—",
+        "configs": (describe_configs([r.config for r in runs], preset(plan.base_name), plan.base_name) if runs
+                    else "—"),
         "runs": [r.path.name if r.path else r.config.slug() for r in runs],
         "runs_computed": ctx.store.computed, "runs_total": len(runs), "runs_branched": branched,
         "seconds": round(seconds, 1), "findings": findings,
@@ -171,10 +169,6 @@ def describe_plan(plan: Plan) -> list[str]:
 def default_out(preset_name: str) -> str:
     """figures/ for quick (committed), figures/<preset>/ for the others (they must not overwrite them)."""
     return "figures" if preset_name == "quick" else f"figures/{preset_name}"
-
-
-def _base_of(plan: Plan) -> RunConfig:
-    return preset(plan.base_name)
 
 
 def _command(preset_name, keys, out, rounds, seeds, fig4) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from ..config import RunConfig, algo_label
@@ -460,14 +461,6 @@ def _ablation(ctx: Context, param: str, stem: str):
     return files, findings
 
 
-def make_table1(ctx: Context):
-    return _ablation(ctx, "s", "table1_s_ablation")
-
-
-def make_table6(ctx: Context):
-    return _ablation(ctx, "p", "table6_p_ablation")
-
-
 def make_curves(ctx: Context):
     from matplotlib.figure import Figure
 
@@ -529,8 +522,10 @@ FIGURES: dict[str, FigureSpec] = {s.key: s for s in [
                "(left); per client: median, interquartile band and the client that moves the mean most (right)",
                make_fig5, _fig5_cfgs),
     FigureSpec("table1", "Table 1 (s)", "accuracy and ALA cost against s (% of local data used to learn W)",
-               make_table1, lambda plan: plan.ablation("s").configs(), ("best_mean", "final_mean")),
-    FigureSpec("table6", "Tables 1 (p) and 6", "accuracy and number of ALA weights against p", make_table6,
+               partial(_ablation, param="s", stem="table1_s_ablation"),
+               lambda plan: plan.ablation("s").configs(), ("best_mean", "final_mean")),
+    FigureSpec("table6", "Tables 1 (p) and 6", "accuracy and number of ALA weights against p",
+               partial(_ablation, param="p", stem="table6_p_ablation"),
                lambda plan: plan.ablation("p").configs(), ("best_mean", "final_mean")),
     FigureSpec("applicability", "Table 4 (applicability of ALA)", "accuracy gain when ALA is added to each "
                "method that takes it (the local initialisation only)", make_applicability,
