@@ -68,17 +68,14 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"{text!r} is not a boolean (true/false)")
 
 
-def _param_type(allowed):
-    """How a flag's text becomes a hyper-parameter's value, by what its declaration allows."""
-    return {Int: int, Float: float, Bool: _bool}.get(type(allowed), parse_value)
-
-
 def _method_flags() -> dict:
     """Flags for the hyper-parameters of the methods this command is about — FedProx, ALA (every "+ala"
-    method) and FedLAMA — from their declarations in the registry: name -> (type, help)."""
+    method) and FedLAMA — from their declarations in the registry: name -> (type, help), the type (how a
+    flag's text becomes the value) by what the declaration allows."""
     params = (*registry.resolve("fedprox").base.params, *registry.modifier("ala").params,
               *registry.resolve("fedlama").base.params)
-    return {p.name.replace("_", "-"): (_param_type(p.allowed), p.doc) for p in params}
+    types = {Int: int, Float: float, Bool: _bool}
+    return {p.name.replace("_", "-"): (types.get(type(p.allowed), parse_value), p.doc) for p in params}
 
 
 # flags shared by `run` and `sweep`: name -> (type, help); dest is the config field

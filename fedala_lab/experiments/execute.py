@@ -230,16 +230,6 @@ def check_ray_address(address: str) -> None:
                           f"nothing answers there: {err.strerror or err}") from None
 
 
-def ray_module():
-    """Import Ray, or say how to install it (an optional dependency)."""
-    try:
-        import ray
-    except ImportError:
-        raise FedalaError("running a sweep on Ray needs Ray, an optional dependency: "
-                          "pip install 'fedala_lab[ray]' (or pip install ray)") from None
-    return ray
-
-
 def run_on_ray(todo: list[RunConfig], store, *, force: bool, threads: int | None, gpus_per_run: float, processes,
                address: str | None, shared: bool, trackers=(), who: str = "runs computed") -> dict[str, dict]:
     """:func:`compute`'s runs as Ray tasks: a Ray already initialised in this process is used as is; else a local
@@ -247,7 +237,11 @@ def run_on_ray(todo: list[RunConfig], store, *, force: bool, threads: int | None
     down afterwards. With ``shared`` the tasks write into the store themselves; otherwise (a cluster whose nodes
     may not see this disk) the finished runs travel back through Ray and are saved here. ``trackers`` log as the
     runs go only where the tasks see the store's disk."""
-    ray = ray_module()
+    try:
+        import ray
+    except ImportError:  # an optional dependency
+        raise FedalaError("running a sweep on Ray needs Ray, an optional dependency: "
+                          "pip install 'fedala_lab[ray]' (or pip install ray)") from None
     started = False
     if not ray.is_initialized():
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # nothing leaves the machine unasked

@@ -165,10 +165,6 @@ def _row(run, point: dict, key: str) -> dict:
     return row
 
 
-def _describe(cfg: RunConfig) -> str:
-    return f"{cfg.algo} s{cfg.seed}"
-
-
 @contextlib.contextmanager
 def _grid_bar(spec: SweepSpec, unique: dict, todo: list, progress: bool):
     """One bar over the grid's distinct runs (those stored counted at once); yields compute's ``on_round``,
@@ -188,7 +184,7 @@ def _grid_bar(spec: SweepSpec, unique: dict, todo: list, progress: bool):
         if t >= cfg.rounds:
             in_flight.pop(key)
             bar.update(1)
-        bar.set_postfix_str(" | ".join(f"{_describe(by_key[k])} round {r}/{by_key[k].rounds}"
+        bar.set_postfix_str(" | ".join(f"{by_key[k].algo} s{by_key[k].seed} round {r}/{by_key[k].rounds}"
                                        for k, r in in_flight.items()), refresh=False)
 
     try:
