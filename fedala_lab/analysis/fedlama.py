@@ -175,11 +175,8 @@ def step_accuracy(run: Run) -> pd.Series:
 
 
 def _common_steps(series: list[pd.Series]) -> np.ndarray:
-    common = None
-    for s in series:
-        idx = set(s.index.tolist())
-        common = idx if common is None else common & idx
-    return np.array(sorted(common or ()), dtype=np.int64)
+    common = set.intersection(*(set(s.index.tolist()) for s in series)) if series else set()
+    return np.array(sorted(common), dtype=np.int64)
 
 
 def comparison_label(run: Run) -> str:

@@ -107,14 +107,9 @@ def compute(cfgs: Iterable[RunConfig], store=None, *, processes: int | str = "au
                                                     trackers=trackers, expect=cfg.key(), stop=stop)
         return statuses
     check_importable(run_specs(todo), f"{who} with {n} worker processes")
-    own = pool is None
-    if own:
-        pool = RunPool(n, root)
-    try:
-        statuses.update(pool.compute(todo, stop=stop, on_round=on_round, force=force, trackers=trackers))
-    finally:
-        if own:
-            pool.close()
+    # a pool made for this call is closed after it; the caller's is kept
+    with contextlib.closing(RunPool(n, root)) if pool is None else contextlib.nullcontext(pool) as used:
+        statuses.update(used.compute(todo, stop=stop, on_round=on_round, force=force, trackers=trackers))
     return statuses
 
 

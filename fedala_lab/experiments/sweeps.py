@@ -76,12 +76,11 @@ class SweepResult:
 
     def complete_runs(self) -> list:
         """The completed runs, each config once (grid points sharing a key share a run)."""
-        seen, out = set(), []
+        first: dict = {}
         for r in self.runs:
-            if r.status == "complete" and r.config.key() not in seen:
-                seen.add(r.config.key())
-                out.append(r)
-        return out
+            if r.status == "complete":
+                first.setdefault(r.config.key(), r)
+        return list(first.values())
 
 
 def run_sweep(spec: SweepSpec, *, store=None, workers: int | str = "auto", ray: bool = False,

@@ -51,6 +51,16 @@ class Context:
             paths.append(p)
         return paths
 
+    def setting_axes(self, width: float, height: float, *, stacked: bool = False) -> list:
+        """One axes per setting of the plan, on one figure: side by side, each ``width`` × ``height``
+        inches, or ``stacked`` in a column."""
+        from matplotlib.figure import Figure
+
+        n = len(self.plan.settings)
+        fig = Figure(figsize=(width, height * n) if stacked else (width * n, height), layout="constrained")
+        axes = fig.subplots(n, 1, squeeze=False)[:, 0] if stacked else fig.subplots(1, n, squeeze=False)[0]
+        return list(axes)
+
     def write(self, name: str, text: str) -> Path:
         p = self.out / name
         p.write_text(text)
@@ -118,17 +128,12 @@ def _fig4_planned(plan: Plan) -> list[RunConfig]:
 
 
 def make_data(ctx: Context):
-    from matplotlib.figure import Figure
-
     from ..analysis.tables import setting_label
     from ..data.federated import FederatedData
     from ..figures.data import DataDistributionDisplay
 
-    settings = ctx.plan.settings
-    fig = Figure(figsize=(8.5, 3.2 * len(settings)), layout="constrained")
-    axes = fig.subplots(len(settings), 1, squeeze=False)[:, 0]
     findings = []
-    for ax, s in zip(axes, settings):
+    for ax, s in zip(ctx.setting_axes(8.5, 3.2, stacked=True), ctx.plan.settings):
         cfg = ctx.plan.setting(s)
         data = FederatedData.from_config(cfg.data)
         d = DataDistributionDisplay.from_data(data, ax=ax,
@@ -168,17 +173,12 @@ def make_fig2(ctx: Context):
 
 
 def make_fig3(ctx: Context):
-    from matplotlib.figure import Figure
-
     from ..analysis.tables import setting_label
     from ..figures.ala import ALALossDisplay
 
-    settings = ctx.plan.settings
-    fig = Figure(figsize=(6.4 * len(settings), 3.9), layout="constrained")
-    axes = fig.subplots(1, len(settings), squeeze=False)[0]
     findings = []
     client = ctx.plan.fig3_client
-    for ax, cfg in zip(axes, _fig3_cfgs(ctx.plan)):
+    for ax, cfg in zip(ctx.setting_axes(6.4, 3.9), _fig3_cfgs(ctx.plan)):
         run = ctx.run(cfg)
         d = ALALossDisplay.from_run(run, client, ax=ax, title=f"{setting_label(cfg)}: client {client}")
         c = d.curve_
@@ -462,16 +462,11 @@ def _ablation(ctx: Context, param: str, stem: str):
 
 
 def make_curves(ctx: Context):
-    from matplotlib.figure import Figure
-
     from ..analysis.tables import setting_label
     from ..figures.curves import AccuracyCurveDisplay
 
-    settings = ctx.plan.settings
-    fig = Figure(figsize=(6.0 * len(settings), 3.9), layout="constrained")
-    axes = fig.subplots(1, len(settings), squeeze=False)[0]
     findings = []
-    for ax, s in zip(axes, settings):
+    for ax, s in zip(ctx.setting_axes(6.0, 3.9), ctx.plan.settings):
         runs = _table_runs(ctx, s, seeds=ctx.plan.seeds[:1])
         d = AccuracyCurveDisplay.from_runs(runs, ax=ax, title=f"{setting_label(ctx.plan.setting(s))} (seed "
                                                               f"{ctx.plan.seeds[0]})")

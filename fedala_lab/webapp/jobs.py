@@ -283,10 +283,11 @@ class Jobs:
 
         return arm
 
-    def stop(self, request: gr.Request = None) -> str:
+    def stop(self, request: gr.Request = None, name: str | None = None) -> str:
         """Ask this session's jobs to stop (a running simulation after its current round, a waiting job before
-        it starts) and answer, once they have, with the status line the job ended with (what was kept)."""
-        line = self.stops.stop(getattr(request, "session_hash", None))
+        it starts) and answer, once they have, with the status line the job ended with (what was kept): tab
+        ``name``'s job's, else the last job's."""
+        line = self.stops.stop(getattr(request, "session_hash", None), name)
         return gr.skip() if line is None else line
 
     def stopper(self, name: str):
@@ -294,8 +295,7 @@ class Jobs:
         button back to its label (the page shows "Stopping…" on it meanwhile)."""
 
         def stop(request: gr.Request = None):
-            line = self.stops.stop(getattr(request, "session_hash", None), name)
-            return (gr.skip() if line is None else line), gr.Button(STOP_LABEL)
+            return self.stop(request, name), gr.Button(STOP_LABEL)
 
         return stop
 
