@@ -68,17 +68,14 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"{text!r} is not a boolean (true/false)")
 
 
-def _param_type(allowed):
-    """How a flag's text becomes a hyper-parameter's value, by what its declaration allows."""
-    return {Int: int, Float: float, Bool: _bool}.get(type(allowed), parse_value)
-
-
 def _method_flags() -> dict:
     """Flags for the hyper-parameters of the methods this command is about — FedProx, ALA (every "+ala"
-    method) and FedLAMA — from their declarations in the registry: name -> (type, help)."""
+    method) and FedLAMA — from their declarations in the registry: name -> (type, help), the type (how a
+    flag's text becomes the value) by what the declaration allows."""
     params = (*registry.resolve("fedprox").base.params, *registry.modifier("ala").params,
               *registry.resolve("fedlama").base.params)
-    return {p.name.replace("_", "-"): (_param_type(p.allowed), p.doc) for p in params}
+    types = {Int: int, Float: float, Bool: _bool}
+    return {p.name.replace("_", "-"): (types.get(type(p.allowed), parse_value), p.doc) for p in params}
 
 
 # flags shared by `run` and `sweep`: name -> (type, help); dest is the config field
@@ -185,20 +182,16 @@ def cmd_run(args) -> int:
             # the other algorithms still run; the command ends non-zero with the message, every time
             failed.append(f"{cfg.algo}: {err}")
             row = {"algo": cfg.algo, "status": "diverged", "message": str(err)}
-            if args.json:
-                print(json.dumps(json_safe(row), allow_nan=False), flush=True)
-            continue
-        served = st.get("status") == "stored"
-        s = run.summary()
-        row = {"algo": cfg.algo, "best_acc": s["best_acc"], "final_acc": s["final_acc"], "rounds": s["rounds"],
-               "seconds": s["seconds"], "bytes_up": s["bytes_up"], "bytes_down": s["bytes_down"],
-               "status": s["status"], "run_dir": str(run.path), "served": served, "computed_on": computed_on(run)}
-        if served and not args.json:
-            sys.stderr.write(f"fedala-lab: {served_note(run)}\n")
-        for key in ("capped_clients", "untrained_clients"):
-            if s.get(key):
-                row[key] = s[key]
-        results.append(row)
+        else:
+            served = st.get("status") == "stored"
+            s = run.summary()
+            row = {"algo": cfg.algo, **{k: s[k] for k in ("best_acc", "final_acc", "rounds", "seconds",
+                                                          "bytes_up", "bytes_down", "status")},
+                   "run_dir": str(run.path), "served": served, "computed_on": computed_on(run),
+                   **{k: s[k] for k in ("capped_clients", "untrained_clients") if s.get(k)}}
+            if served and not args.json:
+                sys.stderr.write(f"fedala-lab: {served_note(run)}\n")
+            results.append(row)
         if args.json:
             print(json.dumps(json_safe(row), allow_nan=False), flush=True)
     if not args.json and results:

@@ -720,3 +720,28 @@ def test_ranked_methods_draw_the_95_interval_over_seeds(runs):
     lines = [c.get_segments()[0] for c in d.ax_.collections if type(c).__name__ == "LineCollection"]
     across = [seg for seg in lines if seg[0][1] == seg[1][1]]  # horizontal: the intervals (bars are vertical)
     assert sorted(seg[0][0] for seg in across) == pytest.approx(sorted(rank.loc[["FedAvg", "FedALA"], "lo"]))
+
+
+def test_a_new_version_of_a_table_says_what_changed_and_by_how_much(tmp_path):
+    from fedala_lab.figures.index import render_readme
+    from fedala_lab.reproduce.driver import previous_tables, table_changes
+
+    cols = ["algo", "setting", "best_mean", "final_mean", "row"]
+    old = pd.DataFrame([["local", "x", 98.25, 98.25, "Local"], ["fedavg", "x", 79.47, 79.40, "FedAvg"],
+                        ["fedfomo", "x", 97.92, 97.92, "FedFomo"]], columns=cols)
+    old.to_csv(tmp_path / "t.csv", index=False)
+    before = previous_tables(tmp_path, {"files": ["t.csv", "t.png", "missing.csv"]})
+    assert list(before) == ["t.csv"]
+    new = pd.DataFrame([["local", "x", 98.25, 98.25, "Local"], ["fedavg", "x", 80.50, 79.40, "FedAvg"],
+                        ["partialfed-a", "x", 97.0, 96.0, "PartialFed-Adaptive"]], columns=cols)
+    new.to_csv(tmp_path / "t.csv", index=False)
+    lines = table_changes(before, tmp_path, ("best_mean", "final_mean"), "2026-11-28")
+    assert lines == ["changed since the version of 2026-11-28 (`t.csv`, best_mean, final_mean; points):",
+                     "  - FedAvg: best_mean 79.47 → 80.50 (+1.03)", "  - new: PartialFed-Adaptive",
+                     "  - gone: FedFomo", "  - unchanged (within 0.005): Local"]
+    assert table_changes(previous_tables(tmp_path, {"files": ["t.csv"]}), tmp_path, ("best_mean",), "") == []
+    entry = {"paper": "Table 2", "title": "t", "files": ["t.csv"], "only_command": "c", "command": "c",
+             "preset": "p", "configs": "c", "seconds": 1.0, "runs_computed": 0, "runs_total": 0, "findings": ["f"],
+             "changes": lines}
+    text = render_readme({"figures": {"table2": entry}})
+    assert "- changed since the version of 2026-11-28" in text and "\n  - FedAvg: best_mean 79.47 → 80.50" in text

@@ -163,23 +163,20 @@ def synced_rounds(run: Run) -> np.ndarray:
     return r
 
 
-def step_accuracy(run: Run, *, synced_only: bool = True) -> pd.Series:
-    """Pooled accuracy (%) indexed by the local SGD steps done before the evaluation ((t − 1)·steps)."""
+def step_accuracy(run: Run) -> pd.Series:
+    """Pooled accuracy (%) of the synchronised rounds (:func:`synced_rounds`), indexed by the local SGD steps
+    done before the evaluation ((t − 1)·steps)."""
     spr = steps_per_round(run.config)
     if spr is None:
         raise ValueError(f"run {run.config.algo!r} counts rounds in epochs; a step axis needs local_steps")
     acc = run.acc
-    if synced_only:
-        acc = acc[acc.index.isin(synced_rounds(run))]
+    acc = acc[acc.index.isin(synced_rounds(run))]
     return pd.Series(acc.to_numpy(), index=(acc.index.to_numpy() - 1) * spr, name=acc.name)
 
 
 def _common_steps(series: list[pd.Series]) -> np.ndarray:
-    common = None
-    for s in series:
-        idx = set(s.index.tolist())
-        common = idx if common is None else common & idx
-    return np.array(sorted(common or ()), dtype=np.int64)
+    common = set.intersection(*(set(s.index.tolist()) for s in series)) if series else set()
+    return np.array(sorted(common), dtype=np.int64)
 
 
 def comparison_label(run: Run) -> str:

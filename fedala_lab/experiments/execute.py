@@ -19,6 +19,7 @@ import contextlib
 import math
 import os
 from collections.abc import Callable, Iterable
+from types import SimpleNamespace
 
 from ..algorithms.plugins import check_importable, plugin_modules, run_specs
 from ..compute.parallel import available_cpus
@@ -56,17 +57,6 @@ def process_count(processes, todo: list[RunConfig], *, warm: bool = False) -> in
     if not warm and not chosen and len(todo) <= 2 * n:
         return 1
     return max(1, min(n, len(todo)))
-
-
-class _Report:
-    """In this process: what a pool process reports, handed to ``on_round`` directly (run_in_worker's queue)."""
-
-    def __init__(self, on_round: Callable | None):
-        self.on_round = on_round
-
-    def put(self, item) -> None:
-        if self.on_round is not None:
-            self.on_round(*item)
 
 
 def compute(cfgs: Iterable[RunConfig], store=None, *, processes: int | str = "auto", stop=None,
@@ -109,20 +99,17 @@ def compute(cfgs: Iterable[RunConfig], store=None, *, processes: int | str = "au
     if n == 1:
         from ..compute.device import cpu_threads
 
+        # in this process, run_in_worker's queue hands what a pool process would report to on_round directly
+        report = None if on_round is None else SimpleNamespace(put=lambda item: on_round(*item))
         with cpu_threads(threads):
             for cfg in todo:
-                statuses[cfg.key()] = run_in_worker(cfg.to_dict(), root, force, None, rounds_queue=_Report(on_round),
+                statuses[cfg.key()] = run_in_worker(cfg.to_dict(), root, force, None, rounds_queue=report,
                                                     trackers=trackers, expect=cfg.key(), stop=stop)
         return statuses
     check_importable(run_specs(todo), f"{who} with {n} worker processes")
-    own = pool is None
-    if own:
-        pool = RunPool(n, root)
-    try:
-        statuses.update(pool.compute(todo, stop=stop, on_round=on_round, force=force, trackers=trackers))
-    finally:
-        if own:
-            pool.close()
+    # a pool made for this call is closed after it; the caller's is kept
+    with contextlib.closing(RunPool(n, root)) if pool is None else contextlib.nullcontext(pool) as used:
+        statuses.update(used.compute(todo, stop=stop, on_round=on_round, force=force, trackers=trackers))
     return statuses
 
 
@@ -238,16 +225,6 @@ def check_ray_address(address: str) -> None:
                           f"nothing answers there: {err.strerror or err}") from None
 
 
-def ray_module():
-    """Import Ray, or say how to install it (an optional dependency)."""
-    try:
-        import ray
-    except ImportError:
-        raise FedalaError("running a sweep on Ray needs Ray, an optional dependency: "
-                          "pip install 'fedala_lab[ray]' (or pip install ray)") from None
-    return ray
-
-
 def run_on_ray(todo: list[RunConfig], store, *, force: bool, threads: int | None, gpus_per_run: float, processes,
                address: str | None, shared: bool, trackers=(), who: str = "runs computed") -> dict[str, dict]:
     """:func:`compute`'s runs as Ray tasks: a Ray already initialised in this process is used as is; else a local
@@ -255,7 +232,11 @@ def run_on_ray(todo: list[RunConfig], store, *, force: bool, threads: int | None
     down afterwards. With ``shared`` the tasks write into the store themselves; otherwise (a cluster whose nodes
     may not see this disk) the finished runs travel back through Ray and are saved here. ``trackers`` log as the
     runs go only where the tasks see the store's disk."""
-    ray = ray_module()
+    try:
+        import ray
+    except ImportError:  # an optional dependency
+        raise FedalaError("running a sweep on Ray needs Ray, an optional dependency: "
+                          "pip install 'fedala_lab[ray]' (or pip install ray)") from None
     started = False
     if not ray.is_initialized():
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # nothing leaves the machine unasked

@@ -138,9 +138,8 @@ class SweepSpec:
 
     def with_axes(self, **axes) -> SweepSpec:
         """A copy with axes replaced or added (``spec.with_axes(seed=range(5))``)."""
-        grid = dict(self.grid)
-        for a, v in axes.items():
-            grid[axis_name(a)] = v  # canonical name, so an alias replaces its axis; values: __post_init__
+        # canonical names, so an alias replaces its axis; values: __post_init__
+        grid = {**dict(self.grid), **{axis_name(a): v for a, v in axes.items()}}
         return dataclasses.replace(self, grid=tuple(grid.items()))
 
     # -- expansion ---------------------------------------------------------------------------------

@@ -38,20 +38,13 @@ from ..compute.parallel import available_cpus, main_not_rerun
 from ..config import RunConfig
 from ..environ import PROCESSES, env_count
 from ..errors import ConfigError, FedalaError, RunCancelled, TrainingDiverged
-from .runs import get_or_run
+from .runs import get_or_run, run_unsaved
 
 # How long a warming process waits for the others to take their own warm-up (so that each process takes one).
 WARM_WAIT_S = 60.0
 POLL_S = 0.05  # how often compute() looks at the rounds reported and at the stop flag
 PARENT_POLL_S = 1.0  # how often a pool process checks that the app is still there
 SLOTS = 64  # compute() calls in flight at once (the app serves --concurrency clicks at a time)
-
-
-def _set_threads(threads: int | None) -> None:
-    if threads:
-        import torch
-
-        torch.set_num_threads(int(threads))
 
 
 def run_in_worker(cfg_dict: dict, store_root: str | None, force: bool, threads: int | None,
@@ -73,7 +66,10 @@ def run_in_worker(cfg_dict: dict, store_root: str | None, force: bool, threads: 
     A run refused on purpose (a FedalaError: a split that cannot be drawn) comes back "failed" with its
     ``error`` besides its ``message``.
     """
-    _set_threads(threads)
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
     try:
         for module, folder in plugins:  # each from the folder the caller imported it from
             load_plugins([module], paths=[folder])
@@ -97,10 +93,8 @@ def run_in_worker(cfg_dict: dict, store_root: str | None, force: bool, threads: 
         return {"key": key, "status": "not started", "message": ""}
     try:
         if store_root is None:
-            from ..engine.simulate import simulate
-
             try:
-                return simulate(cfg, progress=False, callback=callback, workers=train_workers)
+                return run_unsaved(cfg, progress=False, callback=callback, workers=train_workers)
             except TrainingDiverged as err:
                 return err.run
         run = get_or_run(cfg, store_root, progress=False, force=force, callback=callback, workers=train_workers,
@@ -154,14 +148,6 @@ class _Call:
         return bool(_SHARED["flags"][self.slot])
 
 
-def _run(call: _Call, cfg_dict: dict, store_root: str, train_workers: int, plugins, expect: str, force: bool,
-         trackers) -> dict:
-    """In a pool process: one run into the store, one torch thread, its rounds reported and its stop flag read
-    through ``call``."""
-    return run_in_worker(cfg_dict, store_root, force, 1, rounds_queue=call, train_workers=train_workers,
-                         trackers=trackers, plugins=plugins, expect=expect, stop=call)
-
-
 def _warm(cfg_dicts: list[dict]) -> None:
     """In a pool process: import the engine and run each config for its rounds without saving anything (the
     data built, the step functions traced), then wait for the other processes so that each takes one warm-up."""
@@ -169,8 +155,6 @@ def _warm(cfg_dicts: list[dict]) -> None:
 
     torch.set_num_threads(1)
     with contextlib.suppress(Exception):  # a warm-up must never break the pool: the real run reports problems
-        from .runs import run_unsaved
-
         for d in cfg_dicts:
             run_unsaved(RunConfig.from_dict(d))
     with contextlib.suppress(Exception):
@@ -235,8 +219,11 @@ class RunPool:
             self._flags[slot], self._inbox[slot] = 0, []
             with main_not_rerun():  # a process that died is replaced at a submit
                 pool = self._ensure()
-                futures = {pool.submit(_run, _Call(slot), c.to_dict(), self.store_root, per_run, plugins,
-                                       c.key(), force, trackers): c.key() for c in cfgs}
+                # one run into the store, one torch thread; its rounds reported and its stop flag read through
+                # the call's _Call
+                call = _Call(slot)
+                futures = {pool.submit(run_in_worker, c.to_dict(), self.store_root, force, 1, call, per_run,
+                                       trackers, plugins, c.key(), call): c.key() for c in cfgs}
         results: dict[str, dict] = {}
         pending = set(futures)
 

@@ -244,9 +244,7 @@ class RunCache:
         cfg = bind(cfg, data, model)
         trackers = [*self.trackers, *check_trackers(trackers)]
         key = cfg.key()
-        hit = None if force else self._runs.get(key)
-        if hit is None and not force:
-            hit = self.store.find(cfg)
+        hit = None if force else self._runs.get(key) or self.store.find(cfg)
         if hit is None or (needs is not None and not needs(hit)):
             # absent, forced, or without what this caller needs: the store re-reads under its lock or
             # recomputes, never from the memo
@@ -345,13 +343,9 @@ def comparison_runs(base: RunConfig, *, tau0: int | None = None, phi: int | None
     have = dict(have or {})
     if data is None:
         data = FederatedData.from_config(base.data, resolve_device(base.device))
-
-    def get(c):
-        if store is None:
-            return run_unsaved(c, data=data, progress=progress, callback=callback)
-        return get_or_run(c, store, data=data, progress=progress, callback=callback)
-
-    return {k: have[k] if k in have else get(c) for k, c in cfgs.items()}
+    cache = "off" if store is None else "use"
+    return {k: have[k] if k in have else get_or_run(c, store, data=data, progress=progress, callback=callback,
+                                                    cache=cache) for k, c in cfgs.items()}
 
 
 # ------------------------------------------------------------------------------------ a store's contents

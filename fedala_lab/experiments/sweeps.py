@@ -66,11 +66,8 @@ class SweepResult:
 
     def runs_where(self, **values) -> list:
         """Runs of the grid points whose axes/config fields equal ``values`` (e.g. ``algo="fedala"``)."""
-        out = []
-        for (_, row), run in zip(self.frame.iterrows(), self.runs):
-            if all(row.get(k) == v for k, v in values.items()):
-                out.append(run)
-        return out
+        return [run for (_, row), run in zip(self.frame.iterrows(), self.runs)
+                if all(row.get(k) == v for k, v in values.items())]
 
     @property
     def diverged(self) -> dict[str, str]:
@@ -79,12 +76,11 @@ class SweepResult:
 
     def complete_runs(self) -> list:
         """The completed runs, each config once (grid points sharing a key share a run)."""
-        seen, out = set(), []
+        first: dict = {}
         for r in self.runs:
-            if r.status == "complete" and r.config.key() not in seen:
-                seen.add(r.config.key())
-                out.append(r)
-        return out
+            if r.status == "complete":
+                first.setdefault(r.config.key(), r)
+        return list(first.values())
 
 
 def run_sweep(spec: SweepSpec, *, store=None, workers: int | str = "auto", ray: bool = False,
@@ -168,10 +164,6 @@ def _row(run, point: dict, key: str) -> dict:
     return row
 
 
-def _describe(cfg: RunConfig) -> str:
-    return f"{cfg.algo} s{cfg.seed}"
-
-
 @contextlib.contextmanager
 def _grid_bar(spec: SweepSpec, unique: dict, todo: list, progress: bool):
     """One bar over the grid's distinct runs (those stored counted at once); yields compute's ``on_round``,
@@ -191,7 +183,7 @@ def _grid_bar(spec: SweepSpec, unique: dict, todo: list, progress: bool):
         if t >= cfg.rounds:
             in_flight.pop(key)
             bar.update(1)
-        bar.set_postfix_str(" | ".join(f"{_describe(by_key[k])} round {r}/{by_key[k].rounds}"
+        bar.set_postfix_str(" | ".join(f"{by_key[k].algo} s{by_key[k].seed} round {r}/{by_key[k].rounds}"
                                        for k, r in in_flight.items()), refresh=False)
 
     try:

@@ -367,12 +367,11 @@ class _MLflowLog:
 @contextlib.contextmanager
 def _file_lock(path: Path):
     with open(path, "w") as fh:
-        try:
+        # Windows: no lock (two processes creating one database at once may fail)
+        with contextlib.suppress(ImportError):
             import fcntl
 
             fcntl.flock(fh, fcntl.LOCK_EX)
-        except ImportError:  # Windows: no lock (two processes creating one database at once may fail)
-            pass
         yield
 
 

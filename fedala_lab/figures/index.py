@@ -91,7 +91,7 @@ def render_readme(index: dict, order: list[str] | None = None) -> str:
         if f.get("runs_branched"):
             lines.append("- started from a stored run's kept state instead of round 1: "
                          + "; ".join(f"`{b}`" for b in f["runs_branched"]))
-        for x in f["findings"]:
-            lines.append(f"- {x}")
+        for x in [*f["findings"], *f.get("changes", [])]:
+            lines.append(x if x.startswith("  - ") else f"- {x}")
         lines.append("")
     return "\n".join(lines)

@@ -219,18 +219,11 @@ def _query(msg: Message, context: Context) -> Message:
 
 
 @client_app.train()
-def _train(msg: Message, context: Context) -> Message:
-    return _serve(msg, context)
-
-
 @client_app.evaluate()
-def _evaluate(msg: Message, context: Context) -> Message:
-    return _serve(msg, context)
-
-
 def _serve(msg: Message, context: Context) -> Message:
-    """One order: initialise, evaluate and (selected clients) train, from the client's rows: those it keeps in
-    its Context, those the server hands it, or the run's initial ones (``rows_from``)."""
+    """One order ("train" for the selected clients, "evaluate" for the others): initialise, evaluate and
+    (selected clients) train, from the client's rows: those it keeps in its Context, those the server hands
+    it, or the run's initial ones (``rows_from``)."""
     cfg = msg.content[ORDER]
     mine = _partition(context)
     side = _client_side(cfg["run"], cfg["payload"])

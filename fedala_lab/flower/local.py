@@ -369,11 +369,10 @@ class LocalFederation:
         return subprocess.run([str(self.bin / "flwr"), *args], check=False, capture_output=True, text=True,
                               env=self.env, cwd=self.folder, timeout=timeout)
 
-    def run(self, run_config: str, *, app: str | Path = APP, timeout: float = RUN_SECONDS,
-            on_line: Callable[[str], None] | None = None) -> tuple[int, str, int]:
+    def run(self, run_config: str, *, app: str | Path = APP,
+            timeout: float = RUN_SECONDS) -> tuple[int, str, int]:
         """``flwr run <app> lab --stream --run-config <run_config>``: (its exit code, its output, the run's id).
-        ``on_line`` sees each line as it comes; after ``timeout`` s the command's process group is killed and a
-        FedalaError raised."""
+        After ``timeout`` s the command's process group is killed and a FedalaError raised."""
         cmd = ["flwr", "run", str(app), "lab", "--stream", "--run-config", run_config]
         self.commands.append(" ".join(cmd[:5]) + f' --run-config "{run_config}"')
         proc = subprocess.Popen([str(self.bin / "flwr"), *cmd[1:]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -381,10 +380,7 @@ class LocalFederation:
         lines: list[str] = []
 
         def read() -> None:
-            for line in proc.stdout:
-                lines.append(line)
-                if on_line is not None:
-                    on_line(line)
+            lines.extend(proc.stdout)  # a line at a time: a timeout shows the last lines read
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
         try:

@@ -19,14 +19,14 @@ call continues: finished runs and figures are kept, the run in progress resumes 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
-from ..config import RunConfig
 from ..errors import ConfigError, DataError
 from ..experiments.plans import Plan, build_plan
 from ..experiments.prefix import rounds_to_compute
@@ -41,8 +41,7 @@ MIN_DPI, MAX_DPI = 10, 600  # 600 dpi: print quality; a 12-inch figure is then 7
 def run_figures(preset_name: str = "quick", *, only: Iterable[str] | None = None, out: str | Path | None = None,
                 store=None, progress: bool = True, formats=("png", "pdf"), dpi: int = 100,
                 rounds: int | None = None, seeds: int | None = None, fig4: tuple | None = None,
-                device: str | None = None, command: str | None = None, echo: Callable[[str], None] | None = None,
-                trackers: Iterable = ()) -> dict:
+                device: str | None = None, trackers: Iterable = ()) -> dict:
     """Make the figures of ``preset_name`` (all, or ``only`` these keys) into ``out``; update its index.
     ``trackers`` (experiments/trackers.py) log every run the figures use, computed or from the store.
 
@@ -76,13 +75,13 @@ def run_figures(preset_name: str = "quick", *, only: Iterable[str] | None = None
 
     cache.on_round = one_round
     ctx = Context(plan, cache, out, progress=progress, formats=tuple(formats), dpi=dpi)
-    command = command or _command(preset_name, keys, out, rounds, seeds, fig4)
+    command = _command(preset_name, keys, out, rounds, seeds, fig4)
 
-    if echo is None:
-        def echo(line):  # through tqdm, so the line does not tear the progress bars
-            tqdm.write(line, file=sys.stdout)
-            sys.stdout.flush()
+    def echo(line):  # through tqdm, so the line does not tear the progress bars
+        tqdm.write(line, file=sys.stdout)
+        sys.stdout.flush()
 
+    since = index.get("environment", {}).get("date", "")  # the version the figures replace
     index.update(preset=plan.name, notes=plan.notes, plan=describe_plan(plan))
     entries = {}
     from ..compute.device import cpu_threads  # here: torch is loaded
@@ -91,8 +90,11 @@ def run_figures(preset_name: str = "quick", *, only: Iterable[str] | None = None
         with cpu_threads(1 if plan.name == "quick" else None):
             for key in keys:
                 overall.set_description(f"{key}: rounds to simulate")
+                before = previous_tables(out, index["figures"].get(key))
                 entry = _make_one(FIGURES[key], ctx, command=command,
                                   only_command=_command(preset_name, [key], out, rounds, seeds, fig4))
+                entry["changes"] = table_changes(before, out, FIGURES[key].compared, since) \
+                    or index["figures"].get(key, {}).get("changes", [])  # a redraw keeps what the last change said
                 entries[key] = index["figures"][key] = entry
                 # the index is rewritten after every figure, so an interrupted call keeps what it made. The
                 # machine it names is the one whose times it reports: a redraw from stored runs keeps it
@@ -121,7 +123,8 @@ def _make_one(spec: FigureSpec, ctx: Context, *, command: str, only_command: str
         "key": spec.key, "paper": spec.paper, "title": spec.title, "preset": plan.name,
         "files": sorted({str(Path(f).relative_to(ctx.out)) for f in files}),
         "command": command, "only_command": only_command,
-        "configs": describe_configs([r.config for r in runs], _base_of(plan), plan.base_name) if runs else "—",
+        "configs": (describe_configs([r.config for r in runs], preset(plan.base_name), plan.base_name) if runs
+                    else "—"),
         "runs": [r.path.name if r.path else r.config.slug() for r in runs],
         "runs_computed": ctx.store.computed, "runs_total": len(runs), "runs_branched": branched,
         "seconds": round(seconds, 1), "findings": findings,
@@ -168,10 +171,6 @@ def default_out(preset_name: str) -> str:
     return "figures" if preset_name == "quick" else f"figures/{preset_name}"
 
 
-def _base_of(plan: Plan) -> RunConfig:
-    return preset(plan.base_name)
-
-
 def _command(preset_name, keys, out, rounds, seeds, fig4) -> str:
     parts = ["fedala-lab figures", f"--preset {preset_name}"]
     if keys and keys != list(FIGURES):
@@ -202,6 +201,61 @@ def _read_index(out: Path) -> dict:
     if not isinstance(d, dict) or not isinstance(d.get("figures"), dict):
         raise DataError(f"{p} is not an index of figures ({why}): remove it, or choose another --out folder")
     return d
+
+
+# Columns that name a table's row (whichever it has), to match rows between two versions of it
+ROW_KEYS = ("setting", "row", "with_ala", "s", "p")
+
+
+def previous_tables(out: Path, entry: dict | None) -> dict:
+    """The CSV tables of a figure's version in ``out`` (its index ``entry``), read before they are replaced."""
+    import pandas as pd
+
+    tables = {}
+    for name in (entry or {}).get("files", []):
+        if name.endswith(".csv"):
+            with contextlib.suppress(OSError, ValueError):  # gone or damaged: nothing to compare with
+                tables[name] = pd.read_csv(out / name)
+    return tables
+
+
+def table_changes(before: dict, out: Path, columns: tuple[str, ...], since: str) -> list[str]:
+    """What moved in a figure's tables since the version ``before`` (of date ``since``): for each row whose
+    ``columns`` changed, old → new and the difference; rows added or gone; [] when nothing changed."""
+    import pandas as pd
+
+    lines = []
+    for name, old in before.items():
+        if not columns or not (out / name).is_file():
+            continue
+        new = pd.read_csv(out / name)
+        keys = [k for k in ROW_KEYS if k in new.columns and k in old.columns
+                and (k != "setting" or new[k].nunique() > 1)]
+        cols = [c for c in columns if c in new.columns and c in old.columns]
+        if not keys or not cols:
+            continue
+        was, now = ({_row_name(r, keys): r for _, r in t.iterrows()} for t in (old, new))
+        moved, same = [], []
+        for row, r in now.items():
+            if row not in was:
+                continue
+            d = [(c, was[row][c], r[c]) for c in cols if abs(r[c] - was[row][c]) >= 0.005]
+            if d:
+                moved.append(f"{row}: " + "; ".join(f"{c} {a:.2f} → {b:.2f} ({b - a:+.2f})" for c, a, b in d))
+            else:
+                same.append(row)
+        added, gone = [r for r in now if r not in was], [r for r in was if r not in now]
+        if moved or added or gone:
+            lines.append(f"changed since the version of {since or 'before'} (`{name}`, {', '.join(cols)}; "
+                         "points):")
+            lines += [f"  - {m}" for m in moved]
+            lines += [f"  - {what}: {', '.join(rows)}" for what, rows in
+                      (("new", added), ("gone", gone), ("unchanged (within 0.005)", same)) if rows]
+    return lines
+
+
+def _row_name(r, keys: list[str]) -> str:
+    return ", ".join(f"{k}={r[k]}" if k in ("s", "p") else str(r[k]) for k in keys)
 
 
 def _environment() -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from ..config import RunConfig, algo_label
@@ -50,6 +51,16 @@ class Context:
             paths.append(p)
         return paths
 
+    def setting_axes(self, width: float, height: float, *, stacked: bool = False) -> list:
+        """One axes per setting of the plan, on one figure: side by side, each ``width`` × ``height``
+        inches, or ``stacked`` in a column."""
+        from matplotlib.figure import Figure
+
+        n = len(self.plan.settings)
+        fig = Figure(figsize=(width, height * n) if stacked else (width * n, height), layout="constrained")
+        axes = fig.subplots(n, 1, squeeze=False)[:, 0] if stacked else fig.subplots(1, n, squeeze=False)[0]
+        return list(axes)
+
     def write(self, name: str, text: str) -> Path:
         p = self.out / name
         p.write_text(text)
@@ -65,6 +76,8 @@ class FigureSpec:
     # the configs of the runs it needs, in the order it asks for them (an estimate where they depend on runs,
     # as Fig. 4's K on the mnist plan): the overall progress bar's rounds
     planned: Callable[[Plan], list[RunConfig]] = lambda plan: []
+    # columns of its CSV table compared with the version it replaces, for the README's "changed" lines
+    compared: tuple[str, ...] = ()
 
 
 def _table_runs(ctx: Context, setting: str, algos: tuple[str, ...] | None = None, seeds=None):
@@ -115,17 +128,12 @@ def _fig4_planned(plan: Plan) -> list[RunConfig]:
 
 
 def make_data(ctx: Context):
-    from matplotlib.figure import Figure
-
     from ..analysis.tables import setting_label
     from ..data.federated import FederatedData
     from ..figures.data import DataDistributionDisplay
 
-    settings = ctx.plan.settings
-    fig = Figure(figsize=(8.5, 3.2 * len(settings)), layout="constrained")
-    axes = fig.subplots(len(settings), 1, squeeze=False)[:, 0]
     findings = []
-    for ax, s in zip(axes, settings):
+    for ax, s in zip(ctx.setting_axes(8.5, 3.2, stacked=True), ctx.plan.settings):
         cfg = ctx.plan.setting(s)
         data = FederatedData.from_config(cfg.data)
         d = DataDistributionDisplay.from_data(data, ax=ax,
@@ -165,17 +173,12 @@ def make_fig2(ctx: Context):
 
 
 def make_fig3(ctx: Context):
-    from matplotlib.figure import Figure
-
     from ..analysis.tables import setting_label
     from ..figures.ala import ALALossDisplay
 
-    settings = ctx.plan.settings
-    fig = Figure(figsize=(6.4 * len(settings), 3.9), layout="constrained")
-    axes = fig.subplots(1, len(settings), squeeze=False)[0]
     findings = []
     client = ctx.plan.fig3_client
-    for ax, cfg in zip(axes, _fig3_cfgs(ctx.plan)):
+    for ax, cfg in zip(ctx.setting_axes(6.4, 3.9), _fig3_cfgs(ctx.plan)):
         run = ctx.run(cfg)
         d = ALALossDisplay.from_run(run, client, ax=ax, title=f"{setting_label(cfg)}: client {client}")
         c = d.curve_
@@ -458,25 +461,12 @@ def _ablation(ctx: Context, param: str, stem: str):
     return files, findings
 
 
-def make_table1(ctx: Context):
-    return _ablation(ctx, "s", "table1_s_ablation")
-
-
-def make_table6(ctx: Context):
-    return _ablation(ctx, "p", "table6_p_ablation")
-
-
 def make_curves(ctx: Context):
-    from matplotlib.figure import Figure
-
     from ..analysis.tables import setting_label
     from ..figures.curves import AccuracyCurveDisplay
 
-    settings = ctx.plan.settings
-    fig = Figure(figsize=(6.0 * len(settings), 3.9), layout="constrained")
-    axes = fig.subplots(1, len(settings), squeeze=False)[0]
     findings = []
-    for ax, s in zip(axes, settings):
+    for ax, s in zip(ctx.setting_axes(6.0, 3.9), ctx.plan.settings):
         runs = _table_runs(ctx, s, seeds=ctx.plan.seeds[:1])
         d = AccuracyCurveDisplay.from_runs(runs, ax=ax, title=f"{setting_label(ctx.plan.setting(s))} (seed "
                                                               f"{ctx.plan.seeds[0]})")
@@ -512,7 +502,8 @@ def _fedlama_planned(plan: Plan) -> list[RunConfig]:
 
 FIGURES: dict[str, FigureSpec] = {s.key: s for s in [
     FigureSpec("table2", "Tables 2 and 7", "accuracy of each method (traditional FL, the pFL baselines, FedALA, "
-               "Local), mean and 95 % interval over seeds, best and final round", make_table2, _tables_planned),
+               "Local), mean and 95 % interval over seeds, best and final round", make_table2, _tables_planned,
+               ("best_mean", "final_mean")),
     FigureSpec("table3", "Table 3", "computation (seconds per round, ALA's start phase) and communication (models "
                "up and down per client per round) of each method, measured", make_table3,
                lambda plan: plan.table("practical").configs()),
@@ -526,12 +517,14 @@ FIGURES: dict[str, FigureSpec] = {s.key: s for s in [
                "(left); per client: median, interquartile band and the client that moves the mean most (right)",
                make_fig5, _fig5_cfgs),
     FigureSpec("table1", "Table 1 (s)", "accuracy and ALA cost against s (% of local data used to learn W)",
-               make_table1, lambda plan: plan.ablation("s").configs()),
-    FigureSpec("table6", "Tables 1 (p) and 6", "accuracy and number of ALA weights against p", make_table6,
-               lambda plan: plan.ablation("p").configs()),
+               partial(_ablation, param="s", stem="table1_s_ablation"),
+               lambda plan: plan.ablation("s").configs(), ("best_mean", "final_mean")),
+    FigureSpec("table6", "Tables 1 (p) and 6", "accuracy and number of ALA weights against p",
+               partial(_ablation, param="p", stem="table6_p_ablation"),
+               lambda plan: plan.ablation("p").configs(), ("best_mean", "final_mean")),
     FigureSpec("applicability", "Table 4 (applicability of ALA)", "accuracy gain when ALA is added to each "
                "method that takes it (the local initialisation only)", make_applicability,
-               lambda plan: plan.ala_table().configs()),
+               lambda plan: plan.ala_table().configs(), ("base_mean", "ala_mean", "gain")),
     FigureSpec("data", "Figs. 6–9", "samples per client and label (bubble plots)", make_data),
     FigureSpec("fedlama", "FedLAMA Fig. 1 and Tables 1–4", "layer-wise aggregation intervals: δ_l vs 1 − λ_l, "
                "accuracy vs communication (also with ALA), interval timeline", make_fedlama, _fedlama_planned),

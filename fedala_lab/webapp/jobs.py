@@ -32,7 +32,7 @@ from ..config import algo_label
 from ..errors import FedalaError, FilesMissing, RunCancelled, SplitFailed
 from ..experiments.execute import compute
 from ..experiments.pool import RunPool
-from ..experiments.runs import RunCache
+from ..experiments.runs import RunCache, get_or_run
 from ..figures.style import projector
 from ..record.run import Run, computed_on
 from ..record.store import RunStore
@@ -283,10 +283,11 @@ class Jobs:
 
         return arm
 
-    def stop(self, request: gr.Request = None) -> str:
+    def stop(self, request: gr.Request = None, name: str | None = None) -> str:
         """Ask this session's jobs to stop (a running simulation after its current round, a waiting job before
-        it starts) and answer, once they have, with the status line the job ended with (what was kept)."""
-        line = self.stops.stop(getattr(request, "session_hash", None))
+        it starts) and answer, once they have, with the status line the job ended with (what was kept): tab
+        ``name``'s job's, else the last job's."""
+        line = self.stops.stop(getattr(request, "session_hash", None), name)
         return gr.skip() if line is None else line
 
     def stopper(self, name: str):
@@ -294,22 +295,26 @@ class Jobs:
         button back to its label (the page shows "Stopping…" on it meanwhile)."""
 
         def stop(request: gr.Request = None):
-            line = self.stops.stop(getattr(request, "session_hash", None), name)
-            return (gr.skip() if line is None else line), gr.Button(STOP_LABEL)
+            return self.stop(request, name), gr.Button(STOP_LABEL)
 
         return stop
 
-    def fetch(self, job: Job, cfgs, get, labels=None, *, side_by_side: bool = False) -> Fetched:
+    def fetch(self, job: Job, cfgs, get=None, labels=None) -> Fetched:
         """The runs of ``cfgs`` as ``get(store, callback)`` returns them, where ``get`` is a library call
-        that takes a store and the engine's per-round callback (e.g. ``get_or_run`` over the configs,
-        ``fig4_runs``): from the app's store, else simulated with every round on the progress bar
-        (labelled ``labels[i]``, default the algorithm) and with Stop.
+        that takes a store and the engine's per-round callback (e.g. ``fig4_runs``): from the app's store,
+        else simulated with every round on the progress bar (labelled ``labels[i]``, default the algorithm)
+        and with Stop.
 
-        ``side_by_side``: ``get`` returns exactly the stored runs of ``cfgs`` (``get_or_run`` of each), so the
-        ones the store lacks may be computed first in the app's processes (:attr:`pool`), several at once;
-        ``get`` then finds them stored.
+        Without ``get``: the stored run of each config (``get_or_run`` of each), so the ones the store lacks
+        may be computed first in the app's processes (:attr:`pool`), several at once; then found stored.
         """
         cfgs = list(cfgs)
+        side_by_side = get is None
+        if side_by_side:
+
+            def get(store, callback):
+                return [get_or_run(c, store, progress=False, callback=callback) for c in cfgs]
+
         # before any work: a split that cannot serve N is refused at once, not after 100,000 draws (data that
         # comes partitioned, a PFLlib directory, has its clients given: no split to check)
         for data in dict.fromkeys(c.data for c in cfgs if not c.data.comes_partitioned):

@@ -54,11 +54,6 @@ class Step:
     settings: dict = field(default_factory=dict)  # the shared settings it runs with
 
 
-def _scenario(name: str) -> tuple[dict, list[str]]:
-    values, algos = scenario_values(name)
-    return dict(zip(SCENARIO_FIELDS, values, strict=True)), algos
-
-
 def steps(base: dict | None = None) -> list[Step]:
     """What the page shows on its defaults (``base``: other shared settings, e.g. a smaller problem in the
     tests; the tabs' own inputs then follow them as the page's sliders do: the client within N, the rounds
@@ -70,7 +65,8 @@ def steps(base: dict | None = None) -> list[Step]:
                   "K": max(1, min(trajectory_tab.DEFAULT["K"], rounds - 10))}
     train = []
     for name in SCENARIOS:
-        changes, algos = _scenario(name)
+        values, algos = scenario_values(name)
+        changes = dict(zip(SCENARIO_FIELDS, values, strict=True))
         key = "train" if name == "teach" else f"train-{name}"
         train.append(Step(key, "Train & compare", f"Train & compare: {SCENARIOS[name][0]}", ("train", "train_clients"),
                           {"algos": algos, "seeds": train_tab.DEFAULT_SEEDS},
@@ -169,6 +165,8 @@ def export(app, out, report=None, *, dpi: int = 200, base: dict | None = None) -
     ``<key>.html``) into the folder ``out``, and an index (``index.md``, ``index.html``). ``app`` should draw in
     projector mode (``LectureApp(..., projector=True)``); runs the store lacks are computed first, as a click
     would. ``base``: as for :func:`steps`. Returns the files written."""
+    from matplotlib.figure import Figure
+
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written, index = [], []
@@ -176,7 +174,7 @@ def export(app, out, report=None, *, dpi: int = 200, base: dict | None = None) -
     for i, step in enumerate(todo):
         got = call(app, step, (lambda f, t, i=i, step=step: report and report((i + f) / len(todo),
                                                                                  f"{step.title}: {t}")))
-        figures = [o for o in got if _is_figure(o)]
+        figures = [o for o in got if isinstance(o, Figure)]
         names = []
         for n, fig in enumerate(figures, 1):
             for fmt in ("png", "svg"):
@@ -221,12 +219,6 @@ def handout(step: Step, outputs: list, figures: list[str]) -> str:
     if status:
         lines += [f"*{status}*", ""]
     return "\n".join(lines)
-
-
-def _is_figure(value) -> bool:
-    from matplotlib.figure import Figure
-
-    return isinstance(value, Figure)
 
 
 def _save(fig, path: Path, dpi: int) -> None:

@@ -82,18 +82,14 @@ def build_app(store=None, concurrency: int = 1, processes: int = 1, projector: b
         with gr.Tabs():
             with gr.Tab("Data", id="data"):
                 data_tab.build(app, demo, settings)
-            with gr.Tab("Heterogeneity", id="ladder"):
-                panels.append(data_tab.build_ladder(app, settings))
-            with gr.Tab("Train & compare", id="train"):
-                panels.append(train_tab.build(app, settings))
-            with gr.Tab("ALA inside", id="ala"):
-                panels.append(ala_tab.build(app, settings))
-            with gr.Tab("Trajectory", id="trajectory"):
-                panels.append(trajectory_tab.build(app, settings))
-            with gr.Tab("Ablation", id="ablation"):
-                panels.append(ablation_tab.build(app, settings))
-            with gr.Tab("FedLAMA", id="fedlama"):
-                panels.append(fedlama_tab.build(app, settings))
+            for label, tab_id, build in (("Heterogeneity", "ladder", data_tab.build_ladder),
+                                         ("Train & compare", "train", train_tab.build),
+                                         ("ALA inside", "ala", ala_tab.build),
+                                         ("Trajectory", "trajectory", trajectory_tab.build),
+                                         ("Ablation", "ablation", ablation_tab.build),
+                                         ("FedLAMA", "fedlama", fedlama_tab.build)):
+                with gr.Tab(label, id=tab_id):
+                    panels.append(build(app, settings))
             with gr.Tab("Runs", id="runs"):
                 runs_io, (prepare, prepared) = runs_tab.build(app, demo)
         sim = {"concurrency_limit": concurrency, "concurrency_id": "simulation"}

@@ -11,7 +11,6 @@ import pandas as pd
 
 from ...analysis import stats
 from ...errors import ConfigError
-from ...experiments.runs import get_or_run
 from ..jobs import finished_status, job
 from ..settings import MAX_SEEDS, make_config, seed_count, whole
 from ..widgets import PRIVATE, Radio, plot, run_stop, table, whole_slider
@@ -58,9 +57,7 @@ def ablation(app, param, values, seeds, settings, job):
             for v in parse_values(param, values) for k in range(seeds)]
     own = getattr(make_config(algo="fedala", **settings), param)  # the value the page is set to
     tic = time.perf_counter()
-    got = app.fetch(job, cfgs, lambda store, callback: [get_or_run(c, store, progress=False, callback=callback)
-                                                        for c in cfgs],
-                    labels=[f"FedALA {param}={getattr(c, param):g}, seed {c.seed}" for c in cfgs], side_by_side=True)
+    got = app.fetch(job, cfgs, labels=[f"FedALA {param}={getattr(c, param):g}, seed {c.seed}" for c in cfgs])
     done = _whole_values(got.runs, param, seeds)
     if not done:  # no value finished with all its seeds: what the page shows stays
         return gr.skip(), gr.skip(), gr.skip(), got.status + " No value had finished all its seeds: nothing drawn."

@@ -9,7 +9,6 @@ import gradio as gr
 
 from ...analysis.tables import SEED_DIFF, SEED_P, data_title
 from ...errors import ConfigError
-from ...experiments.runs import get_or_run
 from ..jobs import finished_status, friendly, job
 from ..settings import DATASET_CHOICES, MAX_SEEDS, PARTITION_CHOICES, make_config, seed_count
 from ..split import HIGHEST, LOWEST, served, spans
@@ -85,10 +84,8 @@ def ladder(app, seeds, settings, job):
     cfgs = {label: [base.replace(**split, seed=s) for s in range(seeds)] for label, split in LADDER.items()}
     flat = [c for cs in cfgs.values() for c in cs]
     tic = time.perf_counter()
-    got = app.fetch(job, flat, lambda store, callback: [get_or_run(c, store, progress=False, callback=callback)
-                                                        for c in flat],
-                    labels=[f"FedAvg {label}, seed {c.seed}" for label, cs in cfgs.items() for c in cs],
-                    side_by_side=True)
+    got = app.fetch(job, flat, labels=[f"FedAvg {label}, seed {c.seed}" for label, cs in cfgs.items()
+                                       for c in cs])
     if got.status:  # stopped: a ladder needs every split
         return gr.skip(), gr.skip(), gr.skip(), got.status + " The ladder is drawn once every split has its runs."
     runs = iter(got.runs)

@@ -122,10 +122,8 @@ def distinct(cfgs, names, status=None) -> list[str]:
         parts = [head, setting_label(cfg) if cfg else "?"]
         parts += [f"{k} {f[k]}" for k in keys if k in f]
         out.append(", ".join(parts))
-    seen = {}
-    for lab in out:
-        seen[lab] = seen.get(lab, 0) + 1
-    return [lab if seen[lab] == 1 else f"{lab} ({name.rsplit('-', 1)[-1]})" for lab, name in zip(out, names)]
+    return [lab if out.count(lab) == 1 else f"{lab} ({name.rsplit('-', 1)[-1]})"
+            for lab, name in zip(out, names)]
 
 
 def _flat(cfg) -> dict:

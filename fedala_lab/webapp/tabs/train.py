@@ -16,7 +16,7 @@ from ...analysis import stats
 from ...analysis.tables import data_title
 from ...config import algo_label
 from ...errors import ConfigError
-from ...experiments.runs import get_or_run, load_stored
+from ...experiments.runs import load_stored
 from ..jobs import finished_status, job, run_label
 from ..settings import (
     MAX_SEEDS,
@@ -47,10 +47,8 @@ def train(app, algos, seeds, settings, job):
     cfgs, merged = _configs(algos, settings, seeds)  # all validated before any work
     several = len({c.seed for c in cfgs}) > 1
     tic = time.perf_counter()
-    got = app.fetch(job, cfgs, lambda store, callback: [get_or_run(c, store, progress=False, callback=callback)
-                                                        for c in cfgs],
-                    labels=[f"{algo_label(c.algo)}, seed {c.seed}" for c in cfgs] if several else None,
-                    side_by_side=True)
+    got = app.fetch(job, cfgs,
+                    labels=[f"{algo_label(c.algo)}, seed {c.seed}" for c in cfgs] if several else None)
     runs = got.shown
     if not runs:  # stopped before a single round: what the page shows stays
         return *[gr.skip()] * 6, got.status
