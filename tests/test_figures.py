@@ -742,6 +742,7 @@ def test_a_new_version_of_a_table_says_what_changed_and_by_how_much(tmp_path):
     assert table_changes(previous_tables(tmp_path, {"files": ["t.csv"]}), tmp_path, ("best_mean",), "") == []
     entry = {"paper": "Table 2", "title": "t", "files": ["t.csv"], "only_command": "c", "command": "c",
              "preset": "p", "configs": "c", "seconds": 1.0, "runs_computed": 0, "runs_total": 0, "findings": ["f"],
-             "changes": lines}
+             "changes": lines, "made": "2026-11-29"}
     text = render_readme({"figures": {"table2": entry}})
+    assert "runs computed, made on 2026-11-29" in text  # a figure kept from an older call says when it was made
     assert "- changed since the version of 2026-11-28" in text and "\n  - FedAvg: best_mean 79.47 → 80.50" in text

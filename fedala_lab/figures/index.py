@@ -87,7 +87,8 @@ def render_readme(index: dict, order: list[str] | None = None) -> str:
         lines += [f"- files: {', '.join(f'`{p}`' for p in f['files'])}",
                   f"- command: `{f['only_command']}` (made by `{f['command']}`, preset `{f['preset']}`)",
                   f"- configs: `{f['configs']}`",
-                  f"- time: {f['seconds']:.1f} s, {f['runs_computed']} of {f['runs_total']} runs computed"]
+                  f"- time: {f['seconds']:.1f} s, {f['runs_computed']} of {f['runs_total']} runs computed"
+                  + (f", made on {f['made']}" if f.get("made") else "")]
         if f.get("runs_branched"):
             lines.append("- started from a stored run's kept state instead of round 1: "
                          + "; ".join(f"`{b}`" for b in f["runs_branched"]))

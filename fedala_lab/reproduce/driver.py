@@ -127,7 +127,7 @@ def _make_one(spec: FigureSpec, ctx: Context, *, command: str, only_command: str
                     else "—"),
         "runs": [r.path.name if r.path else r.config.slug() for r in runs],
         "runs_computed": ctx.store.computed, "runs_total": len(runs), "runs_branched": branched,
-        "seconds": round(seconds, 1), "findings": findings,
+        "seconds": round(seconds, 1), "made": time.strftime("%Y-%m-%d"), "findings": findings,
     }
 
 
