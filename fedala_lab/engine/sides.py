@@ -378,6 +378,7 @@ class ServerSide:
         # every client's rows before any round (all alike): what a client the run never served still holds
         self.initial = {"params": {k: v[0].detach().cpu().clone() for k, v in rs.local_params.items()},
                         "buffers": {k: v[0].detach().cpu().clone() for k, v in rs.local_buffers.items()}}
+        self._like = {part: {k: v.to(rs.setup.device) for k, v in rows.items()} for part, rows in self.initial.items()}
         self._start: rounds.RoundStart | None = None
         self._orders: dict[int, Order] = {}
         self._hold({})
@@ -458,12 +459,12 @@ class ServerSide:
     def _hold(self, uploads: dict[int, dict], who: str = "") -> None:
         """The clients' models as the server holds them (:class:`Uploads`): ``uploads`` (client id → its upload,
         on the run's device) while it aggregates, none between rounds. In place: the round's view holds the dicts."""
-        sim, n, dev = self.sim, self.num_clients, self.sim.setup.device
+        sim, n = self.sim, self.num_clients
         who = who or f"{self.cfg.algorithm.label}'s server hooks"
         for held, part in ((sim.local_params, "params"), (sim.local_buffers, "buffers")):
-            held.clear()
-            held.update({k: Uploads(who, n, v.to(dev), {c: u[k] for c, u in uploads.items() if k in u})
-                         for k, v in self.initial[part].items()})
+            held.clear()  # templates on the run's device, made once: no copy per round
+            held.update({k: Uploads(who, n, like, {c: u[k] for c, u in uploads.items() if k in u})
+                         for k, like in self._like[part].items()})
 
     def downloads(self) -> dict[str, torch.Tensor]:
         """G's parameters a client receives (the method's ``downloads()``: FedRep's body), on the CPU."""
