@@ -822,3 +822,25 @@ def test_runs_tab_says_over_seeds_whether_a_gap_is_noise(app):
     # one group: its mean and interval
     *_, said = app.runs([r.path.name for r in runs["fedala"]])
     assert "FedALA: " in said and "95 % CI" in said and "over 3 seeds" in said
+
+
+def test_importing_the_app_leaves_open_progress_bars_working():
+    """Gradio patches tqdm's class process-wide when a Progress(track_tqdm=True) is made. Made at import, that
+    patch broke every bar already open: closing one (or collecting it) raised in ``__del__``, and a traceback
+    printed during a collection inside ``ast.parse`` made CPython 3.11 fail with "AST constructor recursion
+    depth mismatch" in an unrelated test. The download button still asks Gradio to track torchvision's bars."""
+    import subprocess
+    import sys
+
+    code = (
+        "import gc, tqdm\n"
+        "from tqdm.auto import tqdm as bar\n"
+        "b = bar(total=2, disable=True)\n"
+        "import fedala_lab.webapp.tabs.data as data\n"
+        "assert not hasattr(tqdm.tqdm, '__init__orig__'), 'tqdm patched at import'\n"
+        "assert data.DOWNLOAD_PROGRESS.track_tqdm is True\n"
+        "b.close(); del b; gc.collect()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "Exception ignored" not in out.stderr, out.stderr

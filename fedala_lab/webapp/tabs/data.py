@@ -105,7 +105,11 @@ LADDER_SEEDS = 3  # the ladder's default: mean ± std over seeds 0–2
 LADDER_COLUMNS = ("split", "seeds", "best acc % (95 % CI)", "final acc % (95 % CI)", "client spread (95 % CI)",
                   SEED_DIFF, SEED_P)
 EMBEDDED = ("mnist_mini", "digits")
-DOWNLOAD_PROGRESS = gr.Progress(track_tqdm=True)  # torchvision's download bars, shown on the page
+# torchvision's download bars, shown on the page. Gradio patches tqdm's class for the whole process when a
+# Progress(track_tqdm=True) is made; made here, at import, the patch would break every bar already open (its
+# close raises in __del__). Set afterwards, Gradio patches only when the button is pressed.
+DOWNLOAD_PROGRESS = gr.Progress()
+DOWNLOAD_PROGRESS.track_tqdm = True
 
 
 @friendly
