@@ -545,12 +545,22 @@ def test_figures_command_end_to_end(tmp_path, capsys, monkeypatch):
     env = json.loads((out / "index.json").read_text())["environment"]
     env_line = next(line for line in readme.splitlines() if line.startswith("Preset:"))
     monkeypatch.setattr("fedala_lab.reproduce.driver._environment", lambda: {"platform": "another machine"})
+    # an older version of Table 6, made on another day than the index's last call: its changes name its own day
+    t6 = out / "table6_p_ablation.csv"
+    older = pd.read_csv(t6)
+    older.loc[0, "best_mean"] -= 1.0
+    older.to_csv(t6, index=False)
+    full = json.loads((out / "index.json").read_text())
+    full["figures"]["table6"]["made"] = "2000-01-02"
+    (out / "index.json").write_text(json.dumps(full))
     assert main(args[:1] + ["--only", "fig3,table6"] + args[1:]) == 0  # cached: nothing recomputed
     printed = capsys.readouterr().out
     assert "fig3" in printed and "0 runs computed" in printed and "table2" not in printed.split("\n")[0]
     index2 = pd.read_json(out / "index.json", typ="series")["figures"]
     assert set(index2) == set(FIGURES)  # the other figures' entries are kept
     assert index2["fig3"]["runs_computed"] == 0
+    assert index2["table6"]["changes"][0].startswith("changed since the version of 2000-01-02 (`table6_p_ablation.csv`")
+    assert "(+1.00)" in index2["table6"]["changes"][1]
     # a redraw keeps the machine and load of the call that computed the runs (their times are its)
     assert json.loads((out / "index.json").read_text())["environment"] == env
     assert env_line in (out / "README.md").read_text()

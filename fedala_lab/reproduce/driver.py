@@ -81,7 +81,7 @@ def run_figures(preset_name: str = "quick", *, only: Iterable[str] | None = None
         tqdm.write(line, file=sys.stdout)
         sys.stdout.flush()
 
-    since = index.get("environment", {}).get("date", "")  # the version the figures replace
+    since = index.get("environment", {}).get("date", "")  # the version the figures replace, for entries undated
     index.update(preset=plan.name, notes=plan.notes, plan=describe_plan(plan))
     entries = {}
     from ..compute.device import cpu_threads  # here: torch is loaded
@@ -90,11 +90,12 @@ def run_figures(preset_name: str = "quick", *, only: Iterable[str] | None = None
         with cpu_threads(1 if plan.name == "quick" else None):
             for key in keys:
                 overall.set_description(f"{key}: rounds to simulate")
-                before = previous_tables(out, index["figures"].get(key))
+                old = index["figures"].get(key, {})
+                before = previous_tables(out, old)
                 entry = _make_one(FIGURES[key], ctx, command=command,
                                   only_command=_command(preset_name, [key], out, rounds, seeds, fig4))
-                entry["changes"] = table_changes(before, out, FIGURES[key].compared, since) \
-                    or index["figures"].get(key, {}).get("changes", [])  # a redraw keeps what the last change said
+                entry["changes"] = table_changes(before, out, FIGURES[key].compared, old.get("made") or since) \
+                    or old.get("changes", [])  # a redraw keeps what the last change said
                 entries[key] = index["figures"][key] = entry
                 # the index is rewritten after every figure, so an interrupted call keeps what it made. The
                 # machine it names is the one whose times it reports: a redraw from stored runs keeps it
