@@ -508,6 +508,25 @@ def test_page_has_one_named_endpoint_per_tab_and_a_bounded_queue(tmp_path):
     assert isinstance(demo.lecture_app.store, RunStore) and demo.lecture_app.store.root == tmp_path
 
 
+def test_no_page_event_runs_two_deferred_handlers():
+    """Gradio's page, when a deferred handler ("always_last", the default for ``change``) finishes, sends its
+    whole event again: two such handlers on one event restart each other while both are in flight (on a slow
+    machine the clients slider's two followers did so for as long as the page was open). Every event has at
+    most one; the sliders following one setting share a handler, which updates each of them."""
+    demo = ui.build_app(store=None)
+    deferred = {}
+    for fn in demo.config["dependencies"]:
+        if fn["trigger_mode"] == "always_last" and fn["queue"] is not False:
+            for target in fn["targets"]:
+                deferred.setdefault(tuple(target), []).append(fn["api_name"])
+    assert deferred and all(len(fns) == 1 for fns in deferred.values()), deferred
+    ids = {b._id: getattr(b, "elem_id", None) for b in demo.blocks.values()}
+    outputs = {ids[fn["targets"][0][0]]: sorted(ids[o] for o in fn["outputs"]) for fn in demo.config["dependencies"]
+               if fn["targets"] and fn["targets"][0][1] in ("change", "release") and fn["api_name"].startswith("update")}
+    assert outputs == {"model": ["ala-p", "p"], "clients": ["ala-client", "traj-client"],
+                       "rounds": ["ala-round", "traj-k"]}
+
+
 def test_cli_and_launcher_flags(monkeypatch):
     from fedala_lab import webapp
     from fedala_lab.cli import build_parser

@@ -16,7 +16,7 @@ from ..config import algo_label
 from ..errors import ConfigError
 from ..experiments.plans import paper_methods, with_ala
 from ..experiments.presets import preset
-from .widgets import Dropdown, Number, Radio, Slider, follow, whole_slider
+from .widgets import Dropdown, Followers, Number, Radio, Slider, whole_slider
 
 DATASET_CHOICES = [  # short enough to read in full in the data row at 1280 px
     ("MNIST subset, 14×14 (embedded)", "mnist_mini"),
@@ -169,6 +169,7 @@ class Settings:
 
     widgets: dict = field(default_factory=dict)
     notice: object = None  # the line above the tabs saying what a scenario changed for every tab
+    followers: Followers = field(default_factory=Followers)  # sliders whose range follows a setting
 
     def __getitem__(self, name: str):
         return self.widgets[name]
@@ -225,7 +226,7 @@ def train_settings(settings: Settings) -> None:
         eta, s, p = ala_settings("")
     settings.widgets.update(model=model, rounds=rounds, join_ratio=join_ratio, batch_size=batch_size, seed=seed,
                             local_epochs=local_epochs, lr=lr, mu=mu, stragglers=stragglers, eta=eta, s=s, p=p)
-    follow(model, p, "p", p_max, lo=1, event="change")  # the MLP has 3 blocks, the CNNs 4
+    settings.followers.add(model, p, p_max, lo=1, event="change")  # the MLP has 3 blocks, the CNNs 4
 
 
 def ala_settings(prefix: str) -> tuple:

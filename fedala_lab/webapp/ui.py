@@ -97,6 +97,7 @@ def build_app(store=None, concurrency: int = 1, processes: int = 1, projector: b
                       **sim).then(app.runs, *runs_io, **LIGHT, **PRIVATE)
         for panel in panels:
             _wire(app, panel, settings, runs_io, sim)
+        settings.followers.wire()
     _no_estimates(demo)
     return demo
 

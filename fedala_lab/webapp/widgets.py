@@ -288,26 +288,47 @@ KEEP_TYPED_VALUES_JS = """
 """
 
 
-def follow(source, target, field: str, top, lo: int = 0, event: str = "release") -> None:
-    """Keep ``target``'s range at ``lo`` … ``top(n)`` for the value n ``source`` is released at (the client
-    sliders follow N, the round sliders follow T; ``event="change"`` for a dropdown: ALA's p follows the model),
-    and its value inside it: a value now out of range moves to the nearest end, which the slider shows (no
-    warning: dragging N from 20 to 2 would raise one for every value passed). A value of ``source`` its own
-    range refuses (N = 1 typed, 2.5 rounds) moves nothing: Run refuses it, once, naming it."""
+class Followers:
+    """Sliders whose range follows another widget's value: the client sliders follow N, the round sliders T,
+    ALA's p the model (:meth:`add` each, then :meth:`wire` once the page is built).
 
-    def update(n, value):
-        # unchecked values (preprocess=False): what the source's own check refuses moves nothing here
-        whole_n = isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) and n == int(n)
-        if not (isinstance(n, str) or whole_n):
-            return gr.skip()
-        if whole_n and not source.minimum <= n <= source.maximum:
-            return gr.skip()
-        hi = top(n if isinstance(n, str) else int(n))
-        # a slider's range must be wider than one value (Gradio refuses minimum == maximum with a traceback):
-        # a single allowed value is offered as lo … lo + 1, the config refuses the other
-        out = {"maximum": max(hi, lo + 1)}
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and not lo <= value <= hi:
-            out["value"] = min(max(value, lo), hi)
-        return gr.Slider(**out)
+    Each target's range becomes ``lo`` … ``top(n)`` for the source's value n, and its value moves inside it: a
+    value now out of range goes to the nearest end, which the slider shows (no warning: dragging N from 20 to 2
+    would raise one for every value passed). A value of the source its own range refuses (N = 1 typed, 2.5
+    rounds) moves nothing: Run refuses it, once, naming it.
 
-    getattr(source, event)(update, [source, target], target, preprocess=False, **LIGHT, **PRIVATE)
+    One handler per source and event, however many sliders follow it: when a deferred handler ("always_last",
+    Gradio's default for ``change``) finishes, Gradio's page sends its whole *event* again, so two handlers on one
+    change event restart each other for as long as both are in flight (a slow machine or link: for ever)."""
+
+    def __init__(self):
+        self._groups: dict[tuple, tuple] = {}  # (source id, event) -> (source, event, [(target, top, lo)])
+
+    def add(self, source, target, top, lo: int = 0, event: str = "release") -> None:
+        self._groups.setdefault((source._id, event), (source, event, []))[2].append((target, top, lo))
+
+    def wire(self) -> None:
+        for source, event, rules in self._groups.values():
+            def update(n, *values, source=source, rules=rules):
+                # unchecked values (preprocess=False): what the source's own check refuses moves nothing here
+                whole_n = (isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n)
+                           and n == int(n))
+                if not (isinstance(n, str) or whole_n) or (whole_n and not source.minimum <= n <= source.maximum):
+                    return [gr.skip()] * len(rules)
+                return [_followed(n if isinstance(n, str) else int(n), value, top, lo)
+                        for value, (_, top, lo) in zip(values, rules, strict=True)]
+
+            targets = [target for target, *_ in rules]
+            getattr(source, event)(update, [source, *targets], targets, preprocess=False, **LIGHT, **PRIVATE)
+        self._groups.clear()
+
+
+def _followed(n, value, top, lo: int):
+    """The update of a slider following the value ``n``: its range ``lo`` … ``top(n)``, its value inside it."""
+    hi = top(n)
+    # a slider's range must be wider than one value (Gradio refuses minimum == maximum with a traceback):
+    # a single allowed value is offered as lo … lo + 1, the config refuses the other
+    out = {"maximum": max(hi, lo + 1)}
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and not lo <= value <= hi:
+        out["value"] = min(max(value, lo), hi)
+    return gr.Slider(**out)

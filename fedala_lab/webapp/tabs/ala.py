@@ -13,7 +13,7 @@ from ...experiments.runs import tracked_run
 from ..jobs import finished_status, job
 from ..recorded import recorded_panel
 from ..settings import DEFAULTS, ala_settings, make_config, p_max, whole
-from ..widgets import follow, mirror, plot, run_stop, table, whole_slider
+from ..widgets import mirror, plot, run_stop, table, whole_slider
 from . import Panel
 
 DEFAULT = {"client": 0, "round": DEFAULTS["rounds"]}  # the tab's own defaults: the last round's weights
@@ -71,10 +71,10 @@ def build(app, settings) -> Panel:
     with gr.Row():
         loss_plot = plot(label="ALA loss (Fig. 3)", elem_id="ala-loss-plot")
         summary = table(label="W per tensor", elem_id="ala-table", columns=COLUMNS.values())
-    follow(settings["model"], mine[2], "p", p_max, lo=1, event="change")  # as Train & compare's p
+    settings.followers.add(settings["model"], mine[2], p_max, lo=1, event="change")  # as Train & compare's p
     recorded_panel("fig2", "The paper's setting, recorded: Fig. 2 on real MNIST Dir(0.1) with the paper's CNN")
     recorded_panel("fig3", "The paper's setting, recorded: Fig. 3 on real MNIST with the paper's CNN")
-    follow(settings["num_clients"], client, "client", lambda n: n - 1, event="change")
-    follow(settings["rounds"], round_, "round", lambda t: max(t, 2), lo=2)
+    settings.followers.add(settings["num_clients"], client, lambda n: n - 1, event="change")
+    settings.followers.add(settings["rounds"], round_, lambda t: max(t, 2), lo=2)
     return Panel("ala", run, stop, status, [client, round_], [weights_plot, loss_plot, summary],
                  triggers=[round_.release])

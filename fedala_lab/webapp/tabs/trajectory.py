@@ -21,7 +21,7 @@ from ...experiments.runs import fig4_runs
 from ..jobs import finished_status, job
 from ..recorded import recorded_panel
 from ..settings import DEFAULTS, make_config, whole
-from ..widgets import Radio, follow, plot, run_stop, table, whole_slider
+from ..widgets import Radio, plot, run_stop, table, whole_slider
 from . import Panel
 
 PAPER_LABELS = 2  # labels per client of the paper's pathological MNIST
@@ -185,8 +185,8 @@ def build(app, settings) -> Panel:
         acc_plot = plot(label="accuracy around K", elem_id="traj-acc-plot")
         check_plot = plot(label="true loss against the surface's", elem_id="traj-check-plot")
     losses = table(label="rounds after K", elem_id="traj-table", columns=COLUMNS.values())
-    follow(settings["num_clients"], client, "client", lambda n: n - 1, event="change")
-    follow(settings["rounds"], K, "K", lambda t: t - 1)
+    settings.followers.add(settings["num_clients"], client, lambda n: n - 1, event="change")
+    settings.followers.add(settings["rounds"], K, lambda t: t - 1)
     recorded_panel("fig4", "The paper's setting, recorded: Fig. 4 on real MNIST pathological with the paper's CNN")
     return Panel("trajectory", run, stop, status, [client, K, before, grid, setting],
                  [traj_plot, said, acc_plot, check_plot, losses, notes])
