@@ -848,12 +848,10 @@ def _settled(page, quiet_ms: int = 1500, timeout_ms: int = 120_000) -> None:
     """Wait until the page has sent the app nothing for ``quiet_ms``: what earlier steps set off (a drag's
     "change" events, answered one at a time, drain for seconds on a busy machine) is over before a step
     whose requests are counted. A page that never settles (an event feeding itself) fails here."""
-    import time
-
     last = [time.monotonic()]
 
     def seen(r):
-        if "/gradio_api/" in r.url and r.method == "POST":
+        if _to_the_app(r):
             last[0] = time.monotonic()
 
     page.on("request", seen)
@@ -866,11 +864,15 @@ def _settled(page, quiet_ms: int = 1500, timeout_ms: int = 120_000) -> None:
         page.remove_listener("request", seen)
 
 
+def _to_the_app(request) -> bool:
+    """A request to the app's API (a queued job or a direct call), not a file or the event stream."""
+    return "/gradio_api/" in request.url and request.method == "POST"
+
+
 def _requests(page) -> list[str]:
-    """Every request the page sends to the app's API from now on (queued jobs and direct calls), as sent."""
+    """Every request the page sends to the app's API from now on, as sent."""
     sent: list[str] = []
-    page.on("request", lambda r: sent.append(r.post_data or "") if "/gradio_api/" in r.url and r.method == "POST"
-            else None)
+    page.on("request", lambda r: sent.append(r.post_data or "") if _to_the_app(r) else None)
     return sent
 
 

@@ -175,8 +175,8 @@ def test_executes_headless(path, smoke_store, monkeypatch):
     # smoke runs take a fraction of a second: spawning processes for them (get_or_run_many) would cost more
     # than it saves; tests/test_app_processes.py checks that path
     monkeypatch.setenv("FEDALA_LAB_PROCESSES", "1")
-    # the kernel is a process of its own: one torch thread, as this test process (tests/conftest.py). With two,
-    # beside the other test worker on a 2-core machine, each notebook took 157-176 s instead of 10-20 s
+    # the kernel is a process of its own: one torch thread, as this test process (tests/conftest.py); two threads
+    # beside the other test worker on a 2-core machine slow torch many-fold (7 notebooks took 157-176 s each)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.delenv("MPLBACKEND", raising=False)
     nb = _read(path)
